@@ -1,0 +1,89 @@
+/* benchmarks/frag.c: trace replay and the min-budget overhead.
+ *
+ * The headline fragmentation figure (docs/benchmarks.md): the smallest
+ * device-memory budget in which a trace replays without running out of
+ * memory, divided by the trace's peak live bytes.  1.00 is the physical
+ * limit.  On the host backend the budget is host_capacity_mb, found by
+ * bisection; each trial is a fresh xseg_init, so no state carries over.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static long long stat_of(const char *json, const char *key) {
+  const char *p = strstr(json, key);
+  if (!p) return -1;
+  p = strstr(p, "\"peak\":");
+  return p ? strtoll(p + 7, NULL, 10) : -1;
+}
+
+replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
+  replay_t r = {0};
+  if (xseg_init(conf) != 0) {
+    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
+    return r;
+  }
+  void **ptr = calloc(t->nslots, sizeof *ptr);
+  r.ok = 1;
+  double t0 = now_s();
+  for (size_t i = 0; i < t->nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->alloc) {
+      ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
+      if (!ptr[e->slot]) {
+        if (r.ok) r.failed_at = i;
+        r.ok = 0;
+        if (!keep_running) break;
+      }
+    } else if (ptr[e->slot]) {
+      xseg_free(ptr[e->slot]);
+      ptr[e->slot] = NULL;
+    }
+  }
+  r.seconds = now_s() - t0;
+  static char json[1 << 16];
+  if (xseg_stats_json(0, json, sizeof json) < sizeof json) r.held_peak = (uint64_t)stat_of(json, "\"held_bytes\"");
+  for (size_t s = 0; s < t->nslots; s++)
+    if (ptr[s]) xseg_free(ptr[s]);
+  free(ptr);
+  xseg_shutdown();
+  return r;
+}
+
+static int fits(const trace_t *t, const char *conf, size_t mb, int *replays) {
+  char c[1024];
+  snprintf(c, sizeof c, "backend:host,host_capacity_mb:%zu%s%s", mb, *conf ? "," : "", conf);
+  (*replays)++;
+  return replay_xseg(t, c, 0).ok;
+}
+
+size_t min_budget_mb(const trace_t *t, const char *conf, size_t step, int *replays) {
+  size_t lo = (size_t)((t->peak_live + (1u << 20) - 1) >> 20);
+  lo = (lo + step - 1) / step * step; /* nothing below the peak can fit */
+  if (fits(t, conf, lo, replays)) return lo;
+  size_t gap = lo / 16 + step, hi = lo + gap;
+  while (!fits(t, conf, hi, replays)) {
+    if (hi > 16 * lo) return 0;
+    lo = hi; /* known to fail */
+    gap *= 2;
+    hi = lo + gap;
+  }
+  /* lo fails, hi fits */
+  while (hi - lo > step) {
+    size_t mid = (lo + (hi - lo) / 2) / step * step;
+    if (mid <= lo) mid = lo + step;
+    if (fits(t, conf, mid, replays))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}

@@ -1,0 +1,142 @@
+/* benchmarks/trace.c: reading traces (docs/metrics.md, "Trace format").
+ *
+ * `a <id> <bytes> [stream]` allocates, `f <id> [stream]` frees, `#` starts
+ * a comment.  Ids may be any non-negative integers; they are mapped to
+ * dense slots so a replay keeps its pointers in a flat array.  The reader
+ * is strict: a free of an id that is not live, an id allocated twice while
+ * live, or a malformed line stops it with the line number.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+typedef struct idmap_s {
+  uint64_t *keys; /* id + 1, 0 = empty */
+  uint32_t *vals;
+  size_t mask, count;
+} idmap_t;
+
+static uint32_t *idmap_slot(idmap_t *m, uint64_t id, int create) {
+  if (create && (m->count + 1) * 2 > m->mask + 1) {
+    size_t n = m->mask ? (m->mask + 1) * 2 : 1024;
+    idmap_t nm = {calloc(n, 8), calloc(n, 4), n - 1, 0};
+    for (size_t i = 0; m->keys && i <= m->mask; i++) {
+      if (!m->keys[i]) continue;
+      size_t s = (size_t)(m->keys[i] * 0x9E3779B97F4A7C15ull >> 17) & nm.mask;
+      while (nm.keys[s]) s = (s + 1) & nm.mask;
+      nm.keys[s] = m->keys[i];
+      nm.vals[s] = m->vals[i];
+      nm.count++;
+    }
+    free(m->keys);
+    free(m->vals);
+    *m = nm;
+  }
+  if (!m->keys) return NULL;
+  uint64_t k = id + 1;
+  size_t s = (size_t)(k * 0x9E3779B97F4A7C15ull >> 17) & m->mask;
+  while (m->keys[s] && m->keys[s] != k) s = (s + 1) & m->mask;
+  if (!m->keys[s]) {
+    if (!create) return NULL;
+    m->keys[s] = k;
+    m->count++;
+    m->vals[s] = UINT32_MAX;
+  }
+  return &m->vals[s];
+}
+
+int trace_load(const char *path, trace_t *t) {
+  memset(t, 0, sizeof *t);
+  const char *base = strrchr(path, '/');
+  snprintf(t->name, sizeof t->name, "%s", base ? base + 1 : path);
+  char *dot = strrchr(t->name, '.');
+  if (dot && !strcmp(dot, ".trace")) *dot = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "xseg-bench: cannot open %s\n", path);
+    return -1;
+  }
+  size_t cap = 0;
+  idmap_t ids = {0};
+  uint8_t *live = NULL; /* per slot */
+  uint64_t *size = NULL;
+  size_t slotcap = 0;
+  uint64_t cur = 0;
+  char line[256];
+  size_t lineno = 0;
+  int rc = 0;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    char *p = line;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == '#' || *p == '\n' || *p == 0) continue;
+    char op;
+    unsigned long long id, a = 0, b = 0;
+    int n = sscanf(p, "%c %llu %llu %llu", &op, &id, &a, &b);
+    ev_t e = {0};
+    if (op == 'a' && n >= 3 && a > 0) {
+      e.alloc = 1;
+      e.bytes = a;
+      e.stream = n >= 4 ? (uint8_t)(b < 255 ? b : 255) : 0;
+    } else if (op == 'f' && n >= 2) {
+      e.alloc = 0;
+      e.stream = n >= 3 ? (uint8_t)(a < 255 ? a : 255) : 0;
+    } else {
+      fprintf(stderr, "xseg-bench: %s:%zu: malformed line\n", path, lineno);
+      rc = -1;
+      break;
+    }
+    uint32_t *slot = idmap_slot(&ids, id, e.alloc);
+    if (e.alloc) {
+      if (*slot == UINT32_MAX) {
+        *slot = (uint32_t)t->nslots++;
+        if (t->nslots > slotcap) {
+          slotcap = slotcap ? slotcap * 2 : 1024;
+          live = realloc(live, slotcap);
+          size = realloc(size, slotcap * 8);
+        }
+        live[*slot] = 0;
+      }
+      if (live[*slot]) {
+        fprintf(stderr, "xseg-bench: %s:%zu: id %llu allocated while live\n", path, lineno, id);
+        rc = -1;
+        break;
+      }
+      live[*slot] = 1;
+      size[*slot] = e.bytes;
+      cur += e.bytes;
+      if (cur > t->peak_live) t->peak_live = cur;
+      t->allocs++;
+    } else {
+      if (!slot || *slot == UINT32_MAX || !live[*slot]) {
+        fprintf(stderr, "xseg-bench: %s:%zu: free of id %llu, which is not live\n", path, lineno, id);
+        rc = -1;
+        break;
+      }
+      live[*slot] = 0;
+      cur -= size[*slot];
+      t->frees++;
+    }
+    e.slot = *slot;
+    if (e.stream + 1 > t->nstreams) t->nstreams = e.stream + 1;
+    if (t->nev == cap) {
+      cap = cap ? cap * 2 : 4096;
+      t->ev = realloc(t->ev, cap * sizeof *t->ev);
+    }
+    t->ev[t->nev++] = e;
+  }
+  fclose(f);
+  free(ids.keys);
+  free(ids.vals);
+  free(live);
+  free(size);
+  if (rc) trace_free(t);
+  return rc;
+}
+
+void trace_free(trace_t *t) {
+  free(t->ev);
+  memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,341 @@
+/* pool/alloc.c: the device allocator: malloc and free, streams, events,
+ * the release policy and the out-of-memory path.
+ *
+ * Hot path (a cached block fits): round the size, find the stream's pool,
+ * best fit in its free set, carve, record in the pointer map, count.  No
+ * backend call, no system allocation (slab entries are reserved ahead).
+ * Slow path: ask the mode's memory source for a free block that holds the
+ * request - expandable.c (map pages, remap from holes) or binned.c (a new
+ * segment) - then carve as above.
+ *
+ * A block freed with other streams recorded (xseg_record_stream) becomes
+ * pending: an event is recorded on each of those streams and the block
+ * returns to its free set when all have completed, checked without
+ * blocking at the start of later calls.  Every function here expects the
+ * device lock held (api.c takes it).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+size_t xs_round_size(const xs_config_t *c, size_t size) {
+  if (size == 0) size = 1; /* a unique minimal block, as malloc(0) */
+  size_t r = xs_config_roundup(c, size);
+  if (r == 0 || r > SIZE_MAX - (XS_ALIGN - 1)) return 0;
+  return round_up(r, XS_ALIGN);
+}
+
+/* ---- setup ----------------------------------------------------------------------------- */
+
+int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *cfg) {
+  d->id = id;
+  d->cfg = cfg;
+  int rc = xs_phys_init(d, be, id, cfg);
+  if (rc != 0) return rc;
+  d->mode = cfg->expandable && d->phys.vmm ? XS_MODE_EXPANDABLE : XS_MODE_BINNED;
+  if (cfg->expandable && !d->phys.vmm && cfg->verbose)
+    fprintf(stderr, "xseg: device %d does not support virtual memory management: using the binned pool\n", id);
+  d->large_page = cfg->page_size ? round_up(cfg->page_size, d->phys.gran) : 0;
+  if (xs_ptrmap_init(&d->live, 1024) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
+  d->trim_floor = 0;
+  return 0;
+}
+
+void xs_device_destroy(xs_device_t *d) {
+  for (size_t i = 0; i < d->nstreams; i++) {
+    xs_stream_t *st = d->streams[i];
+    for (int k = 0; k < XS_NCLASS; k++) {
+      if (d->mode == XS_MODE_EXPANDABLE)
+        xs_exp_destroy_pool(d, &st->pools[k]);
+      else
+        xs_bin_destroy_pool(d, &st->pools[k]);
+    }
+    if (st->fence) xs_phys_event_put(d, st->fence);
+    free(st);
+  }
+  for (size_t i = 0; i < d->npending; i++)
+    if (d->pending[i].ev) xs_phys_event_put(d, d->pending[i].ev);
+  xs_cache_release(d, 0);
+  xs_phys_destroy_events(d);
+  free(d->streams);
+  free(d->pending);
+  xs_ptrmap_destroy(&d->live);
+  xs_slab_destroy(&d->slab);
+}
+
+xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s) {
+  if (d->last_stream && d->last_stream->s == s) return d->last_stream;
+  for (size_t i = 0; i < d->nstreams; i++) {
+    if (d->streams[i]->s == s) return d->last_stream = d->streams[i];
+  }
+  if (d->nstreams == d->capstreams) {
+    size_t n = d->capstreams ? d->capstreams * 2 : 8;
+    xs_stream_t **v = realloc(d->streams, n * sizeof *v);
+    if (!v) return NULL;
+    d->streams = v;
+    d->capstreams = n;
+  }
+  xs_stream_t *st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  st->s = s;
+  st->dev = d;
+  for (int k = 0; k < XS_NCLASS; k++) {
+    st->pools[k].st = st;
+    st->pools[k].cls = k;
+  }
+  d->streams[d->nstreams++] = st;
+  return d->last_stream = st;
+}
+
+/* ---- the release policy ------------------------------------------------------------------ */
+
+/* Has any outstanding fence completed since the last look? */
+static int fences_progressed(xs_device_t *d) {
+  int moved = 0;
+  for (size_t i = 0; i < d->nstreams; i++) {
+    xs_stream_t *st = d->streams[i];
+    if (st->fence && xs_stream_safe(d, st, st->fence_seq, 0)) moved = 1;
+  }
+  return moved;
+}
+
+/* release_threshold_mb: keep at most that much mapped free memory.  Never
+ * blocks: blocks the GPU may still use get a fence, and are released on a
+ * later call once it has completed. */
+static void maybe_trim(xs_device_t *d) {
+  size_t thr = d->cfg->release_threshold;
+  if (d->free_mapped <= thr) {
+    d->trim_wanted = 0;
+    d->trim_floor = 0;
+    return;
+  }
+  if (d->trim_wanted ? !fences_progressed(d) : d->free_mapped <= d->trim_floor) return;
+  d->trim_wanted = 0;
+  if (d->mode == XS_MODE_EXPANDABLE)
+    xs_exp_trim(d, thr, 0);
+  else
+    xs_bin_release(d, d->free_mapped - thr, 1);
+  /* What is left could not be released now: try again when more is freed
+   * or a fence completes. */
+  d->trim_floor = d->free_mapped;
+}
+
+/* ---- free ---------------------------------------------------------------------------------- */
+
+static void finalize_free(xs_device_t *d, xs_block_t *b) {
+  int cls = b->seg->pool->cls;
+  xs_stat_add(d->stats.active, cls, -1);
+  xs_stat_add(d->stats.active_bytes, cls, -(int64_t)b->size);
+  b->seg->live_bytes -= b->size;
+  b->requested = 0;
+  b = xs_merge_insert(d, b);
+  if (b->seg->binned && b->seg->live_bytes == 0) b->seg->last_free_ns = d->phys.be->now_ns(d->phys.be);
+}
+
+static int pending_add(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
+  if (d->npending == d->cappending) {
+    size_t n = d->cappending ? d->cappending * 2 : 16;
+    xs_pending_t *v = realloc(d->pending, n * sizeof *v);
+    if (!v) return XSEG_ENOMEM;
+    d->pending = v;
+    d->cappending = n;
+  }
+  xs_pending_t *e = &d->pending[d->npending++];
+  e->b = b;
+  e->s = s;
+  e->ev = NULL;
+  b->events++;
+  /* If the event cannot be recorded now, the entry stays and is retried:
+   * the block is never reused before that stream's work is known done. */
+  if (xs_phys_event_get(d, &e->ev) == 0 && xs_phys_event_record(d, e->ev, s) != 0) {
+    xs_phys_event_put(d, e->ev);
+    e->ev = NULL;
+  }
+  return 0;
+}
+
+void xs_process_events(xs_device_t *d) {
+  size_t j = 0;
+  for (size_t i = 0; i < d->npending; i++) {
+    xs_pending_t e = d->pending[i];
+    int done = 0;
+    if (!e.ev) {
+      if (xs_phys_event_get(d, &e.ev) == 0 && xs_phys_event_record(d, e.ev, e.s) != 0) {
+        xs_phys_event_put(d, e.ev);
+        e.ev = NULL;
+      }
+    } else {
+      /* An event error is kept pending: reusing memory the GPU may still
+       * touch would be worse than holding it. */
+      done = xs_phys_event_query(d, e.ev) == 0;
+    }
+    if (!done) {
+      d->pending[j++] = e;
+      continue;
+    }
+    xs_phys_event_put(d, e.ev);
+    if (--e.b->events == 0) {
+      xs_gauge_add(&d->stats.pending_frees, -1);
+      finalize_free(d, e.b);
+    }
+  }
+  d->npending = j;
+  if (d->trim_wanted || d->free_mapped > d->cfg->release_threshold) maybe_trim(d);
+}
+
+int xs_free(xs_device_t *d, xs_block_t *b) {
+  int cls = b->seg->pool->cls;
+  xs_stat_add(d->stats.allocation, cls, -1);
+  xs_stat_add(d->stats.allocated_bytes, cls, -(int64_t)b->size);
+  xs_stat_add(d->stats.requested_bytes, cls, -(int64_t)b->requested);
+  if (d->cfg->trace_file[0]) xs_trace_free(b->trace_id, d->id);
+  xs_stream_t *st = b->seg->pool->st;
+  b->free_seq = ++st->free_seq;
+  if (b->nuses == 0) {
+    finalize_free(d, b);
+    if (d->free_mapped > d->cfg->release_threshold) maybe_trim(d);
+    return 0;
+  }
+  b->state = XS_BLOCK_PENDING;
+  b->events = 0;
+  xs_gauge_add(&d->stats.pending_frees, 1);
+  int rc = 0;
+  for (uint32_t i = 0; i < b->nuses; i++) {
+    if (pending_add(d, b, b->uses[i]) != 0) rc = XSEG_ENOMEM;
+  }
+  free(b->uses);
+  b->uses = NULL;
+  b->nuses = b->capuses = 0;
+  if (b->events == 0) {
+    /* Not one entry could be stored (host out of memory): the only safe
+     * course left is to keep the block out of use forever. */
+    return xs_error(XSEG_ENOMEM, "xseg: out of host memory while freeing %#lx: the block is held back",
+                    (unsigned long)b->addr);
+  }
+  (void)rc;
+  return 0;
+}
+
+int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
+  if (s == b->seg->pool->st->s) return 0;
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i] == s) return 0;
+  if (b->nuses == b->capuses) {
+    uint32_t n = b->capuses ? b->capuses * 2 : 2;
+    xseg_stream_t *v = realloc(b->uses, n * sizeof *v);
+    if (!v) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
+    b->uses = v;
+    b->capuses = n;
+  }
+  b->uses[b->nuses++] = s;
+  return 0;
+}
+
+/* Where to put `size` bytes in free block f.  Expandable segments: at
+ * whichever end pins fewer wholly free pages, so pages stay packed and a
+ * later free leaves whole pages free (ties: the low end, address order).
+ * Binned segments have no pages to keep free: the low end. */
+uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
+  if (d->mode != XS_MODE_EXPANDABLE || f->size == size) return f->addr;
+  size_t page = d->phys.gran;
+  uintptr_t f0 = f->addr, f1 = xs_block_end(f);
+  /* Pages wholly inside f that [a, a+size) touches. */
+  uintptr_t in0 = (f0 + page - 1) / page * page, in1 = f1 / page * page;
+  uintptr_t l0 = f0 / page * page, l1 = (f0 + size + page - 1) / page * page;
+  uintptr_t r0 = (f1 - size) / page * page, r1 = (f1 + page - 1) / page * page;
+  size_t left = (l1 < in1 ? l1 : in1) > (l0 > in0 ? l0 : in0) ? ((l1 < in1 ? l1 : in1) - (l0 > in0 ? l0 : in0)) / page : 0;
+  size_t right = (r1 < in1 ? r1 : in1) > (r0 > in0 ? r0 : in0) ? ((r1 < in1 ? r1 : in1) - (r0 > in0 ? r0 : in0)) / page : 0;
+  return right < left ? f1 - size : f0;
+}
+
+/* ---- malloc -------------------------------------------------------------------------------- */
+
+static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **b, uintptr_t *addr) {
+  if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_grow(d, p, size, b, addr);
+  int rc = xs_bin_grow(d, p, size, b);
+  if (rc == 0) *addr = (*b)->addr;
+  return rc;
+}
+
+static void *oom(xs_device_t *d, size_t size, size_t rounded) {
+  char msg[1024];
+  d->stats.num_ooms++;
+  xs_stats_oom_message(d, size, rounded, msg, sizeof msg);
+  xs_error(XSEG_ENOMEM, "%s", msg);
+  if (d->cfg->verbose) fprintf(stderr, "%s\n", msg);
+  return NULL;
+}
+
+void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
+  size_t rsize = xs_round_size(d->cfg, size);
+  if (rsize == 0) return oom(d, size, SIZE_MAX);
+  if (d->npending) xs_process_events(d);
+  xs_stream_t *st = xs_stream_get(d, s);
+  if (!st || xs_slab_reserve(&d->slab, 2) != 0) {
+    xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
+    return NULL;
+  }
+  int cls = rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE;
+  xs_pool_t *p = &st->pools[cls];
+  xs_block_t *b = xs_pool_fit(d, p, rsize);
+  uintptr_t addr = b ? xs_place(d, b, rsize) : 0;
+  if (!b) {
+    int rc = grow(d, p, rsize, &b, &addr);
+    if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
+    if (rc != 0) return NULL; /* the error says why */
+    if (xs_slab_reserve(&d->slab, 2) != 0) {
+      xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
+      return NULL;
+    }
+  }
+  b = xs_carve(d, b, addr, rsize);
+  if (xs_ptrmap_put(&d->live, b->addr, b) != 0) {
+    xs_merge_insert(d, b);
+    xs_error(XSEG_ENOMEM, "xseg: out of host memory for the pointer map");
+    return NULL;
+  }
+  b->state = XS_BLOCK_LIVE;
+  b->requested = size;
+  b->seg->live_bytes += b->size;
+  xs_stat_add(d->stats.allocation, cls, 1);
+  xs_stat_add(d->stats.allocated_bytes, cls, (int64_t)b->size);
+  xs_stat_add(d->stats.requested_bytes, cls, (int64_t)size);
+  xs_stat_add(d->stats.active, cls, 1);
+  xs_stat_add(d->stats.active_bytes, cls, (int64_t)b->size);
+  if (d->cfg->trace_file[0]) {
+    b->trace_id = xs_trace_next_id();
+    xs_trace_alloc(b->trace_id, size, d->id, s);
+  }
+  return (void *)b->addr;
+}
+
+/* ---- lookups and diagnosis ------------------------------------------------------------------- */
+
+xs_block_t *xs_find_live(xs_device_t *d, uintptr_t p) { return xs_ptrmap_get(&d->live, p); }
+
+int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what) {
+  xs_segment_t *seg = xs_seg_of(d, p);
+  if (!seg) return 0; /* not this device's */
+  xs_block_t *b = seg->head;
+  while (b && xs_block_end(b) <= p) b = b->next;
+  if (!b) return 0;
+  if (b->state == XS_BLOCK_LIVE)
+    return xs_error(XSEG_EINVAL,
+                    "xseg: %s(%p): interior pointer, %zu bytes into the block at %#lx of %zu bytes on device %d",
+                    what, (void *)p, (size_t)(p - b->addr), (unsigned long)b->addr, b->size, d->id);
+  return xs_error(XSEG_EINVAL, "xseg: %s(%p): not allocated (double free, or freed memory) on device %d",
+                  what, (void *)p, d->id);
+}
+
+/* ---- empty_cache ----------------------------------------------------------------------------- */
+
+int xs_empty_cache(xs_device_t *d) {
+  if (d->npending) xs_process_events(d);
+  if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_empty(d);
+  xs_bin_release(d, SIZE_MAX, 0);
+  return 0;
+}

@@ -1,0 +1,219 @@
+/* pool/block.c: blocks, split and merge, and best fit: the one
+ * implementation both modes share.
+ *
+ * A segment is tiled by blocks linked in address order.  Free blocks sit in
+ * their pool's free set (mapped) or, in expandable segments, its unmapped
+ * set; neighbours are merged whenever both are free and in the same mapping
+ * state, so two free mapped blocks are never adjacent.  Where the memory
+ * comes from (whole binned segments, or pages mapped on demand) is the
+ * business of binned.c and expandable.c; this file only cuts and joins.
+ *
+ * Block metadata comes from a slab of host memory per device.  Callers that
+ * must not fail half-way reserve slab entries first (xs_slab_reserve).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- slab ------------------------------------------------------------------ */
+
+#define SLAB_BATCH 256
+
+static int slab_grow(xs_slab_t *s) {
+  if (s->nchunks == s->capchunks) {
+    size_t n = s->capchunks ? s->capchunks * 2 : 16;
+    void **c = realloc(s->chunks, n * sizeof *c);
+    if (!c) return XSEG_ENOMEM;
+    s->chunks = c;
+    s->capchunks = n;
+  }
+  xs_block_t *batch = calloc(SLAB_BATCH, sizeof *batch);
+  if (!batch) return XSEG_ENOMEM;
+  s->chunks[s->nchunks++] = batch;
+  for (size_t i = 0; i < SLAB_BATCH; i++) {
+    batch[i].next = s->free_list;
+    s->free_list = &batch[i];
+  }
+  return 0;
+}
+
+int xs_slab_reserve(xs_slab_t *s, size_t n) {
+  size_t have = 0;
+  for (xs_block_t *b = s->free_list; b && have < n; b = b->next) have++;
+  return have >= n ? 0 : slab_grow(s);
+}
+
+xs_block_t *xs_block_new(xs_slab_t *s) {
+  if (!s->free_list && slab_grow(s) != 0) return NULL;
+  xs_block_t *b = s->free_list;
+  s->free_list = b->next;
+  memset(b, 0, sizeof *b);
+  s->live++;
+  return b;
+}
+
+void xs_block_delete(xs_slab_t *s, xs_block_t *b) {
+  free(b->uses);
+  memset(b, 0, sizeof *b);
+  b->next = s->free_list;
+  s->free_list = b;
+  s->live--;
+}
+
+void xs_slab_destroy(xs_slab_t *s) {
+  for (size_t i = 0; i < s->nchunks; i++) free(s->chunks[i]);
+  free(s->chunks);
+  memset(s, 0, sizeof *s);
+}
+
+/* ---- free sets -------------------------------------------------------------- */
+
+void xs_free_insert(xs_device_t *d, xs_block_t *b) {
+  xs_pool_t *p = b->seg->pool;
+  b->state = XS_BLOCK_FREE;
+  if (!b->mapped) {
+    xs_tree_insert(&p->unmapped, b);
+    return;
+  }
+  xs_tree_insert(&p->free, b);
+  d->free_mapped += b->size;
+  xs_gauge_add(&d->stats.free_mapped_bytes, (int64_t)b->size);
+  /* torch's "inactive split": free, but part of a larger segment. */
+  b->split_counted = b->prev != NULL || b->next != NULL;
+  if (b->split_counted) {
+    xs_stat_add(d->stats.inactive_split, p->cls, 1);
+    xs_stat_add(d->stats.inactive_split_bytes, p->cls, (int64_t)b->size);
+  }
+}
+
+void xs_free_remove(xs_device_t *d, xs_block_t *b) {
+  xs_pool_t *p = b->seg->pool;
+  if (!b->mapped) {
+    xs_tree_remove(&p->unmapped, b);
+    return;
+  }
+  xs_tree_remove(&p->free, b);
+  d->free_mapped -= b->size;
+  xs_gauge_add(&d->stats.free_mapped_bytes, -(int64_t)b->size);
+  if (b->split_counted) {
+    xs_stat_add(d->stats.inactive_split, p->cls, -1);
+    xs_stat_add(d->stats.inactive_split_bytes, p->cls, -(int64_t)b->size);
+    b->split_counted = 0;
+  }
+}
+
+/* ---- split and merge ---------------------------------------------------------- */
+
+/* Insert nb right after b in address order. */
+static void link_after(xs_block_t *b, xs_block_t *nb) {
+  nb->prev = b;
+  nb->next = b->next;
+  if (b->next) b->next->prev = nb;
+  b->next = nb;
+  nb->seg = b->seg;
+}
+
+/* Insert nb right before b in address order. */
+static void link_before(xs_block_t *b, xs_block_t *nb) {
+  nb->next = b;
+  nb->prev = b->prev;
+  if (b->prev)
+    b->prev->next = nb;
+  else
+    b->seg->head = nb;
+  b->prev = nb;
+  nb->seg = b->seg;
+}
+
+int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size) {
+  size_t rest = b->size - size;
+  if (rest < XS_ALIGN) return 0;
+  if (b->size >= d->cfg->max_split_size) return 0; /* oversize blocks stay whole */
+  if (d->mode == XS_MODE_BINNED && b->seg->pool->cls == XS_LARGE)
+    return rest > XS_SMALL_MAX; /* a large-pool sliver under 1 MiB would never be reused */
+  return 1;
+}
+
+xs_block_t *xs_carve(xs_device_t *d, xs_block_t *f, uintptr_t addr, size_t size) {
+  xs_assert_internal(f->state == XS_BLOCK_FREE && f->mapped);
+  xs_assert_internal(addr >= f->addr && addr + size <= xs_block_end(f));
+  xs_free_remove(d, f);
+  if (addr > f->addr) {
+    /* The part before addr stays free; the caller reserved slab entries. */
+    xs_block_t *l = xs_block_new(&d->slab);
+    xs_assert(l != NULL);
+    link_before(f, l);
+    l->addr = f->addr;
+    l->size = addr - f->addr;
+    l->mapped = 1;
+    l->free_seq = f->free_seq;
+    f->addr = addr;
+    f->size -= l->size;
+    xs_free_insert(d, l);
+  }
+  if (xs_should_split(d, f, size)) {
+    xs_block_t *r = xs_block_new(&d->slab);
+    xs_assert(r != NULL);
+    link_after(f, r);
+    r->addr = f->addr + size;
+    r->size = f->size - size;
+    r->mapped = 1;
+    r->free_seq = f->free_seq;
+    f->size = size;
+    xs_free_insert(d, r);
+  }
+  return f;
+}
+
+xs_block_t *xs_split_at(xs_device_t *d, xs_block_t *b, uintptr_t addr) {
+  xs_assert_internal(addr > b->addr && addr < xs_block_end(b));
+  xs_block_t *r = xs_block_new(&d->slab);
+  xs_assert(r != NULL);
+  link_after(b, r);
+  r->addr = addr;
+  r->size = xs_block_end(b) - addr;
+  r->state = b->state;
+  r->mapped = b->mapped;
+  r->free_seq = b->free_seq;
+  b->size = addr - b->addr;
+  return r;
+}
+
+/* Fold free block n into its lower neighbour b; n is deleted. */
+static void absorb_next(xs_device_t *d, xs_block_t *b, xs_block_t *n) {
+  b->size += n->size;
+  if (n->free_seq > b->free_seq) b->free_seq = n->free_seq;
+  b->next = n->next;
+  if (n->next) n->next->prev = b;
+  xs_block_delete(&d->slab, n);
+}
+
+xs_block_t *xs_merge_insert(xs_device_t *d, xs_block_t *b) {
+  xs_block_t *p = b->prev, *n = b->next;
+  if (xs_block_is_free(p) && p->mapped == b->mapped) {
+    xs_free_remove(d, p);
+    absorb_next(d, p, b);
+    b = p;
+  }
+  if (xs_block_is_free(n) && n->mapped == b->mapped) {
+    xs_free_remove(d, n);
+    absorb_next(d, b, n);
+  }
+  xs_free_insert(d, b);
+  return b;
+}
+
+/* ---- best fit ------------------------------------------------------------------- */
+
+xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size) {
+  xs_block_t *b = xs_tree_lower_bound(&p->free, size);
+  if (!b) return NULL;
+  size_t max_split = d->cfg->max_split_size;
+  /* As PyTorch: requests below max_split never take an oversize block (all
+   * later blocks in the set are larger still), and oversize requests take
+   * an oversize block only if little of it would be wasted. */
+  if (size < max_split && b->size >= max_split) return NULL;
+  if (size >= max_split && b->size >= size + XS_OVERSIZE_SLACK) return NULL;
+  return b;
+}

@@ -1,0 +1,344 @@
+/* pool/expandable.c: where memory comes from in expandable mode.
+ *
+ * Called when a pool's free set has no block that fits.  Each pool owns
+ * segments (one VA reservation each, vmm/segment.c) tiled by blocks; free
+ * blocks are mapped or unmapped, and a maximal sequence of adjacent free
+ * blocks is a "run".  To place a request, this file
+ *   1. picks the run and start that need the fewest new pages (ties: the
+ *      smallest run, then the lowest address), a new segment if none fits;
+ *   2. maps the missing pages: chunks from the cache, then new ones;
+ *   3. when the device (or the configured limit) has no memory left,
+ *      unmaps wholly free chunks from holes elsewhere - after the GPU has
+ *      finished with them, see fences below - and maps those same handles
+ *      where the request needs them: remapping, not release and create.
+ * So a request fails only when the pages that hold live data plus the
+ * pages it needs exceed the device.  Reclaim leaves the request's own pages
+ * alone; other blocks of its run may change (pages unmapped, unmapped
+ * neighbours merged), so the run's blocks are found again from the live
+ * block before it after every step.
+ *
+ * Fences.  A block freed on stream S is reusable by S at once (stream
+ * order), but its pages may be unmapped only when the GPU has finished
+ * every kernel queued on S before the free.  Each free takes a number from
+ * S's free sequence; an event recorded on S (a fence) covers every free
+ * numbered before it.  Unmapping a block whose number is above S's safe
+ * number records a fence and waits for it (pressure, empty_cache) or, for
+ * the release policy, records it and tries again later without waiting.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* ---- fences ------------------------------------------------------------------------ */
+
+int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t seq, int wait) {
+  for (;;) {
+    if (seq <= st->safe_seq) return 1;
+    if (st->fence) {
+      int rc = wait ? xs_phys_event_sync(d, st->fence) : xs_phys_event_query(d, st->fence);
+      if (rc == XSEG_ENOTREADY) return 0;
+      if (wait) d->stats.num_fence_waits++;
+      xs_phys_event_put(d, st->fence);
+      st->fence = NULL;
+      if (rc != 0) return 0; /* an event error: stay conservative */
+      st->safe_seq = st->fence_seq;
+      continue;
+    }
+    xs_event_t ev;
+    if (xs_phys_event_get(d, &ev) != 0) return 0;
+    if (xs_phys_event_record(d, ev, st->s) != 0) {
+      xs_phys_event_put(d, ev);
+      return 0;
+    }
+    st->fence = ev;
+    st->fence_seq = st->free_seq; /* covers every free so far */
+  }
+}
+
+/* ---- unmapping wholly free chunks ----------------------------------------------------- */
+
+/* Pages [lo, hi) of segment seg that reclaim must leave alone: those of
+ * the request being placed (seg NULL: none). */
+typedef struct excl_s {
+  const xs_segment_t *seg;
+  uintptr_t lo, hi;
+} excl_t;
+
+/* The first chunk wholly inside [a, b) and outside the exclusion. */
+static xs_chunk_t *chunk_outside(const xs_segment_t *seg, uintptr_t a, uintptr_t b, const excl_t *x) {
+  xs_chunk_t *c;
+  while ((c = xs_seg_chunk_within(seg, a, b)) != NULL) {
+    if (seg != x->seg || c->addr + c->size <= x->lo || c->addr >= x->hi) return c;
+    a = c->addr + c->size;
+  }
+  return NULL;
+}
+
+/* Unmap wholly free chunks of mapped free block f (outside the exclusion),
+ * up to about max bytes, splitting f so the unmapped pages form unmapped
+ * blocks.  f's stream must be safe.  Returns the bytes unmapped. */
+static size_t unmap_free_block(xs_device_t *d, xs_block_t *f, size_t max, const excl_t *x) {
+  xs_segment_t *seg = f->seg;
+  size_t got = 0;
+  xs_block_t *cur = f;
+  while (cur && got < max) {
+    xs_chunk_t *c = chunk_outside(seg, cur->addr, xs_block_end(cur), x);
+    if (!c || xs_slab_reserve(&d->slab, 2) != 0) break;
+    uintptr_t ca = c->addr, cb = c->addr + c->size;
+    if (xs_seg_unmap_chunk(d, seg, c) != 0) break;
+    got += cb - ca;
+    xs_free_remove(d, cur);
+    xs_block_t *mid = cur, *right = NULL;
+    if (ca > cur->addr) {
+      mid = xs_split_at(d, cur, ca);
+      xs_free_insert(d, cur); /* the mapped part before the chunk */
+    }
+    if (cb < xs_block_end(mid)) right = xs_split_at(d, mid, cb);
+    mid->mapped = 0;
+    mid->free_seq = 0;
+    xs_merge_insert(d, mid); /* joins unmapped neighbours */
+    if (right) xs_free_insert(d, right);
+    cur = right;
+  }
+  return got;
+}
+
+typedef struct cand_s {
+  xs_block_t **v;
+  size_t n, cap;
+} cand_t;
+
+static int cand_push(cand_t *c, xs_block_t *b) {
+  if (c->n == c->cap) {
+    size_t n = c->cap ? c->cap * 2 : 64;
+    xs_block_t **v = realloc(c->v, n * sizeof *v);
+    if (!v) return -1;
+    c->v = v;
+    c->cap = n;
+  }
+  c->v[c->n++] = b;
+  return 0;
+}
+
+/* Mapped free blocks holding a wholly free chunk outside the exclusion,
+ * largest first within each pool. */
+static void collect(xs_device_t *d, cand_t *c, const excl_t *x) {
+  for (size_t i = 0; i < d->nstreams; i++) {
+    for (int k = 0; k < XS_NCLASS; k++) {
+      xs_pool_t *p = &d->streams[i]->pools[k];
+      for (xs_block_t *b = xs_tree_last(&p->free); b; b = xs_tree_prev(b)) {
+        if (b->size < d->phys.gran) break; /* smaller blocks cannot hold a page */
+        if (chunk_outside(b->seg, b->addr, xs_block_end(b), x) && cand_push(c, b) != 0) return;
+      }
+    }
+  }
+}
+
+/* Unmap wholly free chunks from holes until `need` bytes sit in the cache
+ * or nothing is left; waits for streams as needed. */
+static size_t reclaim(xs_device_t *d, size_t need, const excl_t *x) {
+  cand_t c = {0};
+  collect(d, &c, x);
+  size_t got = 0;
+  for (size_t i = 0; i < c.n && got < need; i++) {
+    xs_block_t *b = c.v[i];
+    if (!xs_stream_safe(d, b->seg->pool->st, b->free_seq, 1)) continue;
+    got += unmap_free_block(d, b, need - got, x);
+  }
+  free(c.v);
+  return got;
+}
+
+size_t xs_exp_trim(xs_device_t *d, size_t target, int wait) {
+  if (d->free_mapped <= target) return 0;
+  cand_t c = {0};
+  const excl_t none = {NULL, 0, 0};
+  collect(d, &c, &none);
+  size_t got = 0;
+  for (size_t i = 0; i < c.n && d->free_mapped > target; i++) {
+    xs_block_t *b = c.v[i];
+    if (!xs_stream_safe(d, b->seg->pool->st, b->free_seq, wait)) {
+      d->trim_wanted = 1; /* a fence is on its way: try again when it completes */
+      continue;
+    }
+    got += unmap_free_block(d, b, d->free_mapped - target, &none);
+  }
+  free(c.v);
+  xs_cache_release(d, 0); /* a trim returns memory to the driver */
+  if (got) {
+    d->stats.num_trims++;
+    d->stats.trimmed_bytes += got;
+  }
+  return got;
+}
+
+int xs_exp_empty(xs_device_t *d) {
+  xs_exp_trim(d, 0, 1);
+  /* Whatever could not be unmapped is still in use; the cache must be gone. */
+  return xs_cache_release(d, 0);
+}
+
+/* ---- placing a request ------------------------------------------------------------------ */
+
+typedef struct span_s {
+  xs_segment_t *seg;
+  xs_block_t *anchor; /* the block before the run, NULL if the run starts the segment */
+  uintptr_t addr;     /* where the request starts */
+  uintptr_t lo, hi;   /* the run */
+  size_t cost;        /* bytes to map */
+  int found;
+} span_t;
+
+/* Bytes that must be mapped to place [s, e) starting at block b. */
+static size_t span_cost(const xs_block_t *b, uintptr_t s, uintptr_t e, size_t page) {
+  size_t cost = 0;
+  uintptr_t pe = round_up(e, page);
+  for (; b && b->addr < e; b = b->next) {
+    if (b->mapped) continue;
+    uintptr_t lo = b->addr > s ? b->addr : s, hi = xs_block_end(b) < pe ? xs_block_end(b) : pe;
+    cost += hi - lo;
+  }
+  return cost;
+}
+
+/* Consider every start of the run first..last for a request of size. */
+static void consider_run(xs_block_t *first, xs_block_t *last, size_t size, span_t *best) {
+  uintptr_t lo = first->addr, hi = xs_block_end(last);
+  if (hi - lo < size) return;
+  size_t page = first->seg->page;
+  for (xs_block_t *b = first; b && b->addr + size <= hi; b = b->next) {
+    size_t cost = span_cost(b, b->addr, b->addr + size, page);
+    int better = !best->found || cost < best->cost ||
+                 (cost == best->cost && (hi - lo < best->hi - best->lo ||
+                                         (hi - lo == best->hi - best->lo && b->addr < best->addr)));
+    if (better) {
+      *best = (span_t){first->seg, first->prev, b->addr, lo, hi, cost, 1};
+    }
+    if (b == last) break;
+  }
+}
+
+static span_t find_span(xs_pool_t *p, size_t size) {
+  span_t best = {0};
+  for (xs_block_t *u = xs_tree_first(&p->unmapped); u; u = xs_tree_next(u)) {
+    /* Each run is visited from its leftmost unmapped block only. */
+    xs_block_t *first = u;
+    int leftmost = 1;
+    for (xs_block_t *x = u->prev; xs_block_is_free(x); x = x->prev) {
+      if (!x->mapped) {
+        leftmost = 0;
+        break;
+      }
+      first = x;
+    }
+    if (!leftmost) continue;
+    xs_block_t *last = u;
+    while (xs_block_is_free(last->next)) last = last->next;
+    consider_run(first, last, size, &best);
+    if (best.found && best.cost == 0) break;
+  }
+  return best;
+}
+
+/* The first block of the run (recomputed: blocks inside change as pages map). */
+static xs_block_t *run_first(const span_t *sp) {
+  return sp->anchor ? sp->anchor->next : sp->seg->head;
+}
+
+/* Turn the first `done - u->addr` bytes of unmapped block u into mapped free. */
+static void mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t done) {
+  xs_free_remove(d, u);
+  if (done < xs_block_end(u)) {
+    xs_block_t *r = xs_split_at(d, u, done);
+    xs_free_insert(d, r);
+  }
+  u->mapped = 1;
+  u->free_seq = 0;
+  xs_merge_insert(d, u);
+}
+
+/* Unmapped bytes still to map for the span of `size`. */
+static size_t span_missing(const span_t *sp, size_t size) {
+  const xs_block_t *b = run_first(sp);
+  while (b && xs_block_end(b) <= sp->addr) b = b->next;
+  return span_cost(b, sp->addr, sp->addr + size, sp->seg->page);
+}
+
+static int map_span(xs_device_t *d, const span_t *sp, size_t size) {
+  xs_segment_t *seg = sp->seg;
+  uintptr_t s = sp->addr, e = s + size, pe = round_up(e, seg->page);
+  int retried = 0;
+  for (;;) {
+    xs_block_t *u = run_first(sp);
+    while (u && u->addr < e && (u->mapped || xs_block_end(u) <= s)) u = u->next;
+    if (!u || u->addr >= e) return 0;
+    if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
+    uintptr_t ua = u->addr, ub = xs_block_end(u) < pe ? xs_block_end(u) : pe, done = ua;
+    int rc = xs_seg_map(d, seg, ua, ub, &done);
+    if (done > ua) mark_mapped(d, u, done);
+    if (rc == 0) continue;
+    if (rc != XSEG_ENOMEM) return rc;
+    /* Out of memory: take pages out of holes and try again. */
+    if (!retried) {
+      d->stats.num_alloc_retries++;
+      retried = 1;
+    }
+    /* xs_seg_map returns ENOMEM only after releasing every cached chunk
+     * that did not fit, so what the span still needs must come from holes.
+     * Each round unmaps at least one chunk or gives up, so this ends. */
+    const excl_t x = {seg, s / seg->page * seg->page, pe};
+    if (reclaim(d, span_missing(sp, size), &x) == 0) return XSEG_ENOMEM;
+  }
+}
+
+/* The mapped free block that now holds [addr, addr+size). */
+static xs_block_t *span_block(const span_t *sp, size_t size) {
+  xs_block_t *b = run_first(sp);
+  while (b && xs_block_end(b) <= sp->addr) b = b->next;
+  xs_assert(b && b->state == XS_BLOCK_FREE && b->mapped && b->addr <= sp->addr &&
+            xs_block_end(b) >= sp->addr + size);
+  return b;
+}
+
+int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr) {
+  size_t page = d->phys.gran;
+  if (round_up(size, page) > d->phys.limit || size > SIZE_MAX - page)
+    return XSEG_ENOMEM; /* larger than the device: no remapping can help */
+  /* garbage_collection_threshold: release cached memory before growing
+   * past the fraction of the limit. */
+  double gc = d->cfg->gc_threshold;
+  if (gc > 0) {
+    size_t cap = (size_t)(gc * (double)d->phys.limit);
+    if (d->phys.held + size > cap && d->free_mapped > 0) {
+      size_t over = d->phys.held + size - cap;
+      xs_exp_trim(d, d->free_mapped > over ? d->free_mapped - over : 0, 1);
+    }
+  }
+  span_t sp = find_span(p, size);
+  if (!sp.found) {
+    xs_segment_t *seg;
+    int rc = xs_seg_create(d, p, size, &seg);
+    if (rc != 0) return rc;
+    sp = (span_t){seg, NULL, seg->base, seg->base, seg->base + seg->size, 0, 1};
+  }
+  int rc = map_span(d, &sp, size);
+  if (rc != 0) return rc;
+  *out = span_block(&sp, size);
+  *addr = sp.addr;
+  return 0;
+}
+
+void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p) {
+  while (p->segs) {
+    xs_segment_t *seg = p->segs;
+    if (seg->mapped != 0 || !seg->head || seg->head->next) {
+      /* Still mapped (an unmap failed) or blocks left: leave it allocated
+       * rather than free memory the driver may still map. */
+      p->segs = seg->next;
+      continue;
+    }
+    xs_seg_destroy(d, seg);
+  }
+}

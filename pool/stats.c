@@ -1,0 +1,228 @@
+/* pool/stats.c: statistics out: JSON, the human summary, derived
+ * fragmentation figures, peak reset and the out-of-memory diagnosis.
+ *
+ * The counters themselves are updated where things happen (alloc.c,
+ * block.c, phys.c); this file only reads them, always under the device
+ * lock, so every figure is exact at the moment it is written.  All output
+ * walks the X-macro lists of stats.h, so no field can be left out of one.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- an snprintf-like builder --------------------------------------------------------- */
+
+typedef struct sbuf_s {
+  char *p;
+  size_t len, cap; /* len counts what the full text needs */
+} sbuf_t;
+
+static void put(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = b->len < b->cap ? b->cap - b->len : 0;
+  int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) b->len += (size_t)n;
+}
+
+static size_t finish(sbuf_t *b) {
+  if (b->cap) b->p[b->len < b->cap ? b->len : b->cap - 1] = '\0';
+  return b->len;
+}
+
+/* ---- derived figures ------------------------------------------------------------------ */
+
+static xs_derived_t derive(const xs_device_t *d) {
+  xs_derived_t r = {0};
+  for (size_t i = 0; i < d->nstreams; i++) {
+    for (int k = 0; k < XS_NCLASS; k++) {
+      const xs_block_t *b = xs_tree_last(&d->streams[i]->pools[k].free);
+      if (b && b->size > r.largest_free_block) r.largest_free_block = b->size;
+    }
+  }
+  r.external_fragmentation =
+      d->free_mapped ? 1.0 - (double)r.largest_free_block / (double)d->free_mapped : 0.0;
+  int64_t peak_res = d->stats.reserved_bytes[XS_STAT_ALL].peak;
+  r.utilization = peak_res ? (double)d->stats.allocated_bytes[XS_STAT_ALL].peak / (double)peak_res : 0.0;
+  r.rounding_waste_bytes =
+      d->stats.allocated_bytes[XS_STAT_ALL].current - d->stats.requested_bytes[XS_STAT_ALL].current;
+  return r;
+}
+
+void xs_stats_reset_peaks(xs_stats_t *s) {
+#define RESET_POOLED(name, help) \
+  for (int t = 0; t < XS_STAT_NTYPES; t++) s->name[t].peak = s->name[t].current;
+  XS_STATS_POOLED(RESET_POOLED)
+#undef RESET_POOLED
+#define RESET_GAUGE(name, help) s->name.peak = s->name.current;
+  XS_STATS_GAUGES(RESET_GAUGE)
+#undef RESET_GAUGE
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+static const char *const type_names[XS_STAT_NTYPES] = {"all", "small_pool", "large_pool"};
+
+size_t xs_stats_json_device(xs_device_t *d, const char *backend, char *buf, size_t len) {
+  sbuf_t b = {buf, 0, len};
+  const xs_stats_t *s = &d->stats;
+  xs_derived_t dv = derive(d);
+  put(&b, "{\"device\":%d,\"backend\":\"%s\",\"mode\":\"%s\",\"granularity\":%zu,\"total_memory\":%zu,"
+          "\"limit\":%zu,",
+      d->id, backend, d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", d->phys.gran, d->phys.total,
+      d->phys.limit);
+#define JSON_POOLED(name, help)                                                                     \
+  put(&b, "\"" #name "\":{");                                                                       \
+  for (int t = 0; t < XS_STAT_NTYPES; t++)                                                          \
+    put(&b, "%s\"%s\":{\"current\":%lld,\"peak\":%lld,\"allocated\":%lld,\"freed\":%lld}",         \
+        t ? "," : "", type_names[t], (long long)s->name[t].current, (long long)s->name[t].peak,     \
+        (long long)s->name[t].allocated, (long long)s->name[t].freed);                              \
+  put(&b, "},");
+  XS_STATS_POOLED(JSON_POOLED)
+#undef JSON_POOLED
+#define JSON_GAUGE(name, help) \
+  put(&b, "\"" #name "\":{\"current\":%lld,\"peak\":%lld},", (long long)s->name.current, (long long)s->name.peak);
+  XS_STATS_GAUGES(JSON_GAUGE)
+#undef JSON_GAUGE
+#define JSON_COUNTER(name, help) put(&b, "\"" #name "\":%llu,", (unsigned long long)s->name);
+  XS_STATS_COUNTERS(JSON_COUNTER)
+#undef JSON_COUNTER
+  put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%.6f,\"utilization\":%.6f,"
+          "\"rounding_waste_bytes\":%lld}",
+      (unsigned long long)dv.largest_free_block, dv.external_fragmentation, dv.utilization,
+      (long long)dv.rounding_waste_bytes);
+  return finish(&b);
+}
+
+/* ---- summary ------------------------------------------------------------------------------ */
+
+static const char *fmt_bytes(char *out, size_t n, int64_t v) {
+  const char *u[] = {"B  ", "KiB", "MiB", "GiB", "TiB"};
+  double x = (double)(v < 0 ? -v : v);
+  int i = 0;
+  while (x >= 1024 && i < 4) {
+    x /= 1024;
+    i++;
+  }
+  snprintf(out, n, "%s%.*f %s", v < 0 ? "-" : "", i ? 2 : 0, x, u[i]);
+  return out;
+}
+
+static void summary_rows(FILE *out, const char *title, const xs_stat_t st[XS_STAT_NTYPES], int bytes) {
+  for (int t = 0; t < XS_STAT_NTYPES; t++) {
+    char a[32], b[32], c[32], e[32];
+    const xs_stat_t *x = &st[t];
+    const char *label = t == 0 ? title : (t == 1 ? "      from small pool" : "      from large pool");
+    if (bytes)
+      fprintf(out, "| %-27s | %12s | %12s | %12s | %12s |\n", label, fmt_bytes(a, 32, x->current),
+              fmt_bytes(b, 32, x->peak), fmt_bytes(c, 32, x->allocated), fmt_bytes(e, 32, x->freed));
+    else
+      fprintf(out, "| %-27s | %12lld | %12lld | %12lld | %12lld |\n", label, (long long)x->current,
+              (long long)x->peak, (long long)x->allocated, (long long)x->freed);
+  }
+}
+
+void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
+  const xs_stats_t *s = &d->stats;
+  xs_derived_t dv = derive(d);
+  char a[32], b[32], c[32];
+  const char *rule = "|=============================================================================================|\n";
+  const char *line = "|---------------------------------------------------------------------------------------------|\n";
+  fputs(rule, out);
+  fprintf(out, "|                  xseg memory summary, device %-3d (%-10s mode, %-4s backend)             |\n",
+          d->id, d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", backend);
+  fputs(line, out);
+  fprintf(out, "| %-27s | %12s | %12s | %12s | %12s |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
+          "Tot Freed");
+  fputs(line, out);
+  summary_rows(out, "Allocated memory", s->allocated_bytes, 1);
+  fputs(line, out);
+  summary_rows(out, "Active memory", s->active_bytes, 1);
+  fputs(line, out);
+  summary_rows(out, "Requested memory", s->requested_bytes, 1);
+  fputs(line, out);
+  summary_rows(out, "GPU reserved (mapped) memory", s->reserved_bytes, 1);
+  fputs(line, out);
+  summary_rows(out, "Non-releasable memory", s->inactive_split_bytes, 1);
+  fputs(line, out);
+  summary_rows(out, "Allocations", s->allocation, 0);
+  fputs(line, out);
+  summary_rows(out, "Active allocs", s->active, 0);
+  fputs(line, out);
+  summary_rows(out, "GPU reserved segments", s->segment, 0);
+  fputs(line, out);
+  summary_rows(out, "Non-releasable allocs", s->inactive_split, 0);
+  fputs(rule, out);
+  fprintf(out, "| Held: %s (peak %s) of a %s limit; cached handles: %lld (%s)\n",
+          fmt_bytes(a, 32, s->held_bytes.current), fmt_bytes(b, 32, s->held_bytes.peak),
+          fmt_bytes(c, 32, (int64_t)d->phys.limit), (long long)s->handles_cached.current,
+          fmt_bytes(a, 32, s->cached_handle_bytes.current));
+  fprintf(out, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%\n",
+          fmt_bytes(a, 32, (int64_t)d->free_mapped), fmt_bytes(b, 32, (int64_t)dv.largest_free_block),
+          100.0 * dv.external_fragmentation);
+  fprintf(out, "| Utilization (peak allocated / peak reserved): %.1f%%; rounding waste: %s\n",
+          100.0 * dv.utilization, fmt_bytes(a, 32, dv.rounding_waste_bytes));
+  fprintf(out, "| Driver calls: %llu create (%.2f ms), %llu release (%.2f ms), %llu map (%.2f ms), %llu unmap (%.2f ms), %llu set access (%.2f ms)\n",
+          (unsigned long long)s->num_device_alloc, s->time_create_ns / 1e6,
+          (unsigned long long)s->num_device_free, s->time_release_ns / 1e6,
+          (unsigned long long)s->num_map, s->time_map_ns / 1e6, (unsigned long long)s->num_unmap,
+          s->time_unmap_ns / 1e6, (unsigned long long)s->num_set_access, s->time_set_access_ns / 1e6);
+  fprintf(out, "| Remapped: %s in %llu moves; retries: %llu; OOMs: %llu; fence waits: %llu; trims: %llu (%s)\n",
+          fmt_bytes(a, 32, (int64_t)s->remapped_bytes), (unsigned long long)s->num_remaps,
+          (unsigned long long)s->num_alloc_retries, (unsigned long long)s->num_ooms,
+          (unsigned long long)s->num_fence_waits, (unsigned long long)s->num_trims,
+          fmt_bytes(b, 32, (int64_t)s->trimmed_bytes));
+  fputs(rule, out);
+}
+
+/* ---- out of memory -------------------------------------------------------------------------- */
+
+void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf, size_t len) {
+  sbuf_t b = {buf, 0, len};
+  const xs_stats_t *s = &d->stats;
+  xs_derived_t dv = derive(d);
+  size_t drv_free = 0, drv_total = 0;
+  int have_info = xs_phys_mem_info(d, &drv_free, &drv_total) == 0;
+  xs_error_clear();
+  char r[32], l[32], m[32], f[32], g[32], h[32], t[32];
+  size_t live = (size_t)s->allocated_bytes[XS_STAT_ALL].current;
+  size_t page = d->phys.gran;
+  size_t limit = d->phys.limit;
+  put(&b, "xseg: out of memory on device %d: cannot allocate %s (%zu bytes requested",
+      d->id, fmt_bytes(r, 32, (int64_t)(size == 0 ? 0 : size)), size);
+  if (rounded != SIZE_MAX) put(&b, ", %zu after rounding", rounded);
+  put(&b, "). Live: %s in %lld blocks; mapped: %s; free inside segments: %s (largest free block %s); "
+          "cached handles: %s; held: %s of a %s limit",
+      fmt_bytes(l, 32, (int64_t)live), (long long)s->allocation[XS_STAT_ALL].current,
+      fmt_bytes(m, 32, s->mapped_bytes.current), fmt_bytes(f, 32, (int64_t)d->free_mapped),
+      fmt_bytes(g, 32, (int64_t)dv.largest_free_block), fmt_bytes(h, 32, s->cached_handle_bytes.current),
+      fmt_bytes(t, 32, (int64_t)d->phys.held), fmt_bytes(r, 32, (int64_t)limit));
+  if (have_info) put(&b, "; the driver reports %s free of %s", fmt_bytes(l, 32, (int64_t)drv_free),
+                     fmt_bytes(m, 32, (int64_t)drv_total));
+  put(&b, ". Cause: ");
+  const char *limit_key = d->cfg->max_memory ? "max_memory_mb" : "per_process_memory_fraction";
+  if (rounded == SIZE_MAX || rounded > limit) {
+    put(&b, "the request alone is larger than the memory xseg may use");
+    if (limit < d->phys.total) put(&b, " (the limit comes from %s)", limit_key);
+  } else if ((live + page - 1) / page * page + rounded > limit) {
+    put(&b, "memory pressure: live memory plus this request exceed the limit; free tensors, lower the batch");
+    if (limit < d->phys.total) put(&b, ", or raise %s", limit_key);
+  } else if (have_info && d->phys.held + drv_free < limit) {
+    put(&b, "memory held outside this allocator (other processes, or cudaMalloc outside xseg): %s "
+            "of the device is neither xseg's nor free",
+        fmt_bytes(l, 32, (int64_t)(drv_total - d->phys.held - drv_free)));
+  } else if (d->mode == XS_MODE_BINNED) {
+    put(&b, "fragmentation: %s is free inside segments but split by live blocks; "
+            "try expandable_segments:True, or max_split_size_mb / garbage_collection_threshold",
+        fmt_bytes(l, 32, (int64_t)d->free_mapped));
+  } else {
+    put(&b, "fragmentation: %s is free inside segments but held by physical handles that still carry "
+            "live data; smaller handles can be moved one by one: try page_size_mb:%zu",
+        fmt_bytes(l, 32, (int64_t)d->free_mapped), page >> 20 ? page >> 20 : 1);
+  }
+  finish(&b);
+}

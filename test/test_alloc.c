@@ -1,0 +1,285 @@
+/* test_alloc.c: the allocator on the host backend, in both modes.
+ *
+ *  - integrity: every live block carries its own pattern, checked before
+ *    its free and after every grow, shrink or remap; no two live blocks
+ *    overlap; the heap checker passes after every step;
+ *  - after freeing everything and xseg_empty_cache, the backend holds no
+ *    handle and maps no byte;
+ *  - stream-ordered reuse with controlled events, and record_stream;
+ *  - remapping: a large request served from pages taken out of holes, and
+ *    failure only at the physical limit.
+ */
+#include "testutil.h"
+
+static uint64_t rng;
+static uint64_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* Sizes from several distributions: tiny, small, around 1 MiB, large. */
+static size_t rnd_size(size_t max_large) {
+  switch (rnd() % 4) {
+  case 0: return 1 + rnd() % 4096;
+  case 1: return 1 + rnd() % (1 * MiB);
+  case 2: return 512 * KiB + rnd() % (2 * MiB);
+  default: return 1 + rnd() % max_large;
+  }
+}
+
+typedef struct live_s {
+  void *p;
+  size_t n;
+  uint64_t tag;
+} live_t;
+
+static int cmp_addr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const live_t *)a)->p, y = (uintptr_t)((const live_t *)b)->p;
+  return x < y ? -1 : x > y;
+}
+
+static void check_all(live_t *v, int n) {
+  static live_t sorted[4096];
+  memcpy(sorted, v, (size_t)n * sizeof *v);
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_addr);
+  for (int i = 0; i < n; i++) {
+    XT_CHECK_MSG(t_verify(sorted[i].p, sorted[i].n, sorted[i].tag), "block %p (%zu bytes) lost its pattern",
+                 sorted[i].p, sorted[i].n);
+    if (i) XT_CHECK_MSG((uintptr_t)sorted[i - 1].p + sorted[i - 1].n <= (uintptr_t)sorted[i].p,
+                        "blocks %p and %p overlap", sorted[i - 1].p, sorted[i].p);
+  }
+}
+
+static void integrity(const char *mode) {
+  char conf[256];
+  snprintf(conf, sizeof conf, "%s,host_capacity_mb:512", mode);
+  XT_REQUIRE(t_init(conf) == 0);
+  static live_t v[4096];
+  int n = 0;
+  uint64_t tag = 1;
+  rng = 0x12345678;
+  long long last_maps = -1, last_unmaps = -1, last_segs = -1;
+  for (int step = 0; step < 6000; step++) {
+    int op = (int)(rnd() % 100);
+    if (op < 55 && n < 4096) {
+      size_t sz = rnd_size(48 * MiB);
+      void *p = xseg_malloc(sz, 0, NULL);
+      if (p) {
+        t_fill(p, sz, tag);
+        v[n++] = (live_t){p, sz, tag++};
+      } else {
+        XT_CHECK_EQ(xseg_last_error_code(), XSEG_ENOMEM);
+      }
+    } else if (op < 97 && n > 0) {
+      int i = (int)(rnd() % (uint64_t)n);
+      XT_CHECK_MSG(t_verify(v[i].p, v[i].n, v[i].tag), "block %p lost its pattern before free", v[i].p);
+      XT_CHECK_EQ(xseg_free(v[i].p), 0);
+      v[i] = v[--n];
+    } else if (op < 98) {
+      XT_CHECK_EQ(xseg_empty_cache(0), 0);
+    } else {
+      /* Free half, to make holes. */
+      for (int i = n - 1; i >= 0; i -= 2) {
+        XT_CHECK_EQ(xseg_free(v[i].p), 0);
+        v[i] = v[--n];
+      }
+    }
+    long long maps = t_stat(0, "num_map"), unmaps = t_stat(0, "num_unmap"),
+              segs = t_stat(0, "segment.all.allocated");
+    if (maps != last_maps || unmaps != last_unmaps || segs != last_segs) {
+      check_all(v, n); /* after every grow, shrink or remap */
+      last_maps = maps;
+      last_unmaps = unmaps;
+      last_segs = segs;
+    }
+    if (step % 10 == 0) T_CHECK_HEAP();
+    if (xt_failures) break;
+  }
+  check_all(v, n);
+  for (int i = 0; i < n; i++) XT_CHECK_EQ(xseg_free(v[i].p), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  T_CHECK_HEAP();
+  xs_host_counters_t c = t_counters();
+  XT_CHECK_EQ(c.handles_live, 0);
+  XT_CHECK_EQ(c.mapped_bytes, 0);
+  XT_CHECK_EQ(c.mem_allocs_live, 0);
+  XT_CHECK_EQ(t_stat(0, "allocated_bytes.all.current"), 0);
+  XT_CHECK(t_stat(0, "allocated_bytes.all.peak") > 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+  c = t_counters(); /* the backend is gone: nothing to count */
+  XT_CHECK_EQ(c.reservations_live, 0);
+}
+
+XT_TEST(integrity_expandable) { integrity(t_modes[0]); }
+XT_TEST(integrity_binned) { integrity(t_modes[1]); }
+
+static void stream_reuse(const char *mode) {
+  char conf[256];
+  snprintf(conf, sizeof conf, "%s,host_capacity_mb:64", mode);
+  XT_REQUIRE(t_init(conf) == 0);
+  xs_backend_t *be = t_backend();
+  xseg_stream_t s1 = (xseg_stream_t)0x10, s2 = (xseg_stream_t)0x20;
+  /* Freed on s1: reused by s1 at once, even while s1's work is pending. */
+  xs_host_stream_hold(be, s1);
+  void *a = xseg_malloc(256 * KiB, 0, s1);
+  XT_REQUIRE(a);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  void *b = xseg_malloc(256 * KiB, 0, s1);
+  XT_CHECK(b == a);
+  /* Another stream does not get it. */
+  void *c = xseg_malloc(256 * KiB, 0, s2);
+  XT_CHECK(c != NULL && c != a);
+  /* record_stream: the free waits for s2's work. */
+  xs_host_stream_hold(be, s2);
+  XT_CHECK_EQ(xseg_record_stream(b, s2), 0);
+  XT_CHECK_EQ(xseg_record_stream(b, s1), 0); /* its own stream: nothing to do */
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(t_stat(0, "pending_frees.current"), 1);
+  XT_CHECK_EQ(t_stat(0, "active.all.current"), 2);
+  XT_CHECK_EQ(t_stat(0, "allocation.all.current"), 1);
+  void *d = xseg_malloc(256 * KiB, 0, s1);
+  XT_CHECK(d != NULL && d != b); /* s2 has not finished */
+  T_CHECK_HEAP();
+  xs_host_stream_complete(be, s2);
+  void *e = xseg_malloc(256 * KiB, 0, s1);
+  XT_CHECK(e == b); /* now it is back */
+  XT_CHECK_EQ(t_stat(0, "pending_frees.current"), 0);
+  xs_host_counters_t cn = t_counters();
+  XT_CHECK_EQ(cn.waits, 0); /* none of this blocked the host */
+  XT_CHECK_EQ(xseg_free(c), 0);
+  XT_CHECK_EQ(xseg_free(d), 0);
+  XT_CHECK_EQ(xseg_free(e), 0);
+  xs_host_stream_release(be, s1);
+  xs_host_stream_release(be, s2);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  T_CHECK_HEAP();
+  cn = t_counters();
+  XT_CHECK_EQ(cn.handles_live, 0);
+  XT_CHECK_EQ(cn.mapped_bytes, 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(stream_reuse_expandable) { stream_reuse(t_modes[0]); }
+XT_TEST(stream_reuse_binned) { stream_reuse(t_modes[1]); }
+
+/* 32 pages of 2 MiB.  Fill them with 2 MiB blocks, free every other one,
+ * then ask for 15 pages: the driver has none left, so xseg must unmap the
+ * free pages out of the holes and map them where the request goes. */
+XT_TEST(remap_serves_large_request_from_holes) {
+  XT_REQUIRE(t_init("host_capacity_mb:64,page_size_mb:2") == 0);
+  static live_t v[64];
+  int n = 0;
+  for (int i = 0; i < 32; i++) {
+    void *p = xseg_malloc(2 * MiB, 0, NULL);
+    XT_REQUIRE(p);
+    t_fill(p, 2 * MiB, (uint64_t)i + 1);
+    v[n++] = (live_t){p, 2 * MiB, (uint64_t)i + 1};
+  }
+  XT_CHECK(xseg_malloc(2 * MiB, 0, NULL) == NULL); /* full */
+  XT_CHECK_EQ(xseg_last_error_code(), XSEG_ENOMEM);
+  live_t keep[32];
+  int k = 0;
+  for (int i = 0; i < 32; i++) {
+    if (i % 2)
+      XT_CHECK_EQ(xseg_free(v[i].p), 0);
+    else
+      keep[k++] = v[i];
+  }
+  long long retries = t_stat(0, "num_alloc_retries");
+  void *big = xseg_malloc(15 * 2 * MiB, 0, NULL);
+  XT_REQUIRE(big != NULL);
+  t_fill(big, 30 * MiB, 999);
+  XT_CHECK(t_stat(0, "remapped_bytes") >= (long long)(15 * 2 * MiB));
+  XT_CHECK(t_stat(0, "num_alloc_retries") > retries);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), 32); /* no new handle: the same ones moved */
+  check_all(keep, k);
+  XT_CHECK(t_verify(big, 30 * MiB, 999));
+  T_CHECK_HEAP();
+  /* One page is left; two more cannot fit. */
+  void *one = xseg_malloc(2 * MiB, 0, NULL);
+  XT_CHECK(one != NULL);
+  XT_CHECK(xseg_malloc(2 * MiB, 0, NULL) == NULL);
+  XT_CHECK(strstr(xseg_last_error(), "out of memory") != NULL);
+  XT_CHECK_EQ(t_stat(0, "num_ooms"), 2);
+  for (int i = 0; i < k; i++) XT_CHECK_EQ(xseg_free(keep[i].p), 0);
+  XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(one), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  xs_host_counters_t c = t_counters();
+  XT_CHECK_EQ(c.handles_live, 0);
+  XT_CHECK_EQ(c.mapped_bytes, 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+/* Pages (of G bytes) that hold live data. */
+static size_t live_pages(live_t *v, int n, size_t G) {
+  static uintptr_t pg[1 << 16];
+  size_t m = 0;
+  for (int i = 0; i < n; i++) {
+    uintptr_t a = (uintptr_t)v[i].p / G, b = ((uintptr_t)v[i].p + v[i].n - 1) / G;
+    for (uintptr_t x = a; x <= b && m < (1 << 16); x++) pg[m++] = x;
+  }
+  /* Count distinct. */
+  for (size_t i = 1; i < m; i++) { /* insertion sort is fine at this size */
+    uintptr_t x = pg[i];
+    size_t j = i;
+    while (j > 0 && pg[j - 1] > x) {
+      pg[j] = pg[j - 1];
+      j--;
+    }
+    pg[j] = x;
+  }
+  size_t d = 0;
+  for (size_t i = 0; i < m; i++)
+    if (i == 0 || pg[i] != pg[i - 1]) d++;
+  return d;
+}
+
+/* Random churn on a small device; every failure must be at the physical
+ * limit: pages holding live data plus the request's pages exceed it. */
+static void fails_only_at_limit(const char *extra) {
+  const size_t G = 2 * MiB, cap = 128 * MiB;
+  char conf[256];
+  snprintf(conf, sizeof conf, "host_capacity_mb:128,%s", extra);
+  XT_REQUIRE(t_init(conf) == 0);
+  static live_t v[4096];
+  int n = 0, fails = 0;
+  rng = 0xfeedbeef;
+  for (int step = 0; step < 20000 && !xt_failures; step++) {
+    if (rnd() % 100 < 60 && n < 4096) {
+      size_t sz = rnd_size(24 * MiB);
+      void *p = xseg_malloc(sz, 0, NULL);
+      if (p) {
+        v[n++] = (live_t){p, sz, 0};
+        continue;
+      }
+      fails++;
+      size_t need = (sz + G - 1) / G, have = live_pages(v, n, G);
+      XT_CHECK_MSG(have + need > cap / G, "failed with %zu live pages + %zu needed <= %zu (size %zu): %s", have,
+                   need, cap / G, sz, xseg_last_error());
+    } else if (n > 0) {
+      int i = (int)(rnd() % (uint64_t)n);
+      XT_CHECK_EQ(xseg_free(v[i].p), 0);
+      v[i] = v[--n];
+    }
+    if (step % 500 == 0) T_CHECK_HEAP();
+  }
+  XT_CHECK(fails > 10); /* the test did reach the limit */
+  for (int i = 0; i < n; i++) xseg_free(v[i].p);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(fails_only_at_physical_limit_small_pages) { fails_only_at_limit("page_size_mb:2"); }
+
+int main(void) {
+  XT_RUN(integrity_expandable);
+  XT_RUN(integrity_binned);
+  XT_RUN(stream_reuse_expandable);
+  XT_RUN(stream_reuse_binned);
+  XT_RUN(remap_serves_large_request_from_holes);
+  XT_RUN(fails_only_at_physical_limit_small_pages);
+  return XT_DONE();
+}

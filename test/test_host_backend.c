@@ -1,0 +1,336 @@
+/* test_host_backend.c: the host backend keeps the driver's semantics.
+ *
+ * Content survives unmapping a handle and mapping it elsewhere; a write to
+ * an unmapped or not-yet-accessible page faults (checked in a child);
+ * capacity exhaustion is XSEG_ENOMEM; the driver's rules (no map over a
+ * mapping, unmap of whole mappings only, ...) are enforced; every injected
+ * fault returns an error and leaks nothing; events follow the stream
+ * controls.
+ */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "host_backend.h"
+#include "xtest.h"
+
+#define MiB ((size_t)1 << 20)
+static const size_t G = 2 * MiB;
+
+static xs_backend_t *mk(size_t cap_mb, int ndev) {
+  xs_host_params_t p = {ndev, cap_mb * MiB, G};
+  xs_backend_t *b = NULL;
+  if (xs_host_backend_create(&p, &b) != 0) return NULL;
+  return b;
+}
+
+static void fill(uintptr_t a, size_t n, unsigned char v) { memset((void *)a, v, n); }
+static int all_eq(uintptr_t a, size_t n, unsigned char v) {
+  const unsigned char *p = (const unsigned char *)a;
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v) return 0;
+  return 1;
+}
+
+static void check_clean(xs_backend_t *b) {
+  xs_host_counters_t c;
+  xs_host_counters(b, -1, &c);
+  XT_CHECK_EQ(c.handles_live, 0);
+  XT_CHECK_EQ(c.handle_bytes, 0);
+  XT_CHECK_EQ(c.mapped_bytes, 0);
+  XT_CHECK_EQ(c.mappings_live, 0);
+  XT_CHECK_EQ(c.reservations_live, 0);
+  XT_CHECK_EQ(c.mem_allocs_live, 0);
+  XT_CHECK_EQ(c.events_live, 0);
+}
+
+XT_TEST(content_survives_remap) {
+  xs_backend_t *b = mk(64, 1);
+  XT_REQUIRE(b);
+  uintptr_t va;
+  xs_handle_t h1, h2;
+  int dev0[1] = {0};
+  XT_CHECK_EQ(b->reserve(b, 0, 8 * G, 0, &va), 0);
+  XT_CHECK_EQ(va % G, 0);
+  XT_CHECK_EQ(b->create(b, 0, G, &h1), 0);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h2), 0);
+  XT_CHECK_EQ(b->map(b, 0, va, G, h1), 0);
+  XT_CHECK_EQ(b->map(b, 0, va + 4 * G, 2 * G, h2), 0);
+  XT_CHECK_EQ(b->set_access(b, 0, va, G, dev0, 1), 0);
+  XT_CHECK_EQ(b->set_access(b, 0, va + 4 * G, 2 * G, dev0, 1), 0);
+  fill(va, G, 0xA1);
+  fill(va + 4 * G, 2 * G, 0xB2);
+  /* Move h1 to the end and h2 to the start. */
+  XT_CHECK_EQ(b->unmap(b, 0, va, G), 0);
+  XT_CHECK_EQ(b->unmap(b, 0, va + 4 * G, 2 * G), 0);
+  XT_CHECK_EQ(b->map(b, 0, va + 7 * G, G, h1), 0);
+  XT_CHECK_EQ(b->map(b, 0, va, 2 * G, h2), 0);
+  XT_CHECK_EQ(b->set_access(b, 0, va + 7 * G, G, dev0, 1), 0);
+  XT_CHECK_EQ(b->set_access(b, 0, va, 2 * G, dev0, 1), 0);
+  XT_CHECK(all_eq(va + 7 * G, G, 0xA1));
+  XT_CHECK(all_eq(va, 2 * G, 0xB2));
+  xs_host_counters_t c;
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.mapped_bytes, 3 * G);
+  XT_CHECK_EQ(c.handle_bytes, 3 * G);
+  XT_CHECK_EQ(c.handles_live, 2);
+  /* Released while mapped: memory lives until unmapped. */
+  XT_CHECK_EQ(b->release(b, 0, h1), 0);
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.handles_live, 1);
+  XT_CHECK_EQ(c.handle_bytes, 3 * G);
+  XT_CHECK(all_eq(va + 7 * G, G, 0xA1));
+  XT_CHECK_EQ(b->unmap(b, 0, va + 7 * G, G), 0);
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.handle_bytes, 2 * G);
+  XT_CHECK_EQ(b->unmap(b, 0, va, 2 * G), 0);
+  XT_CHECK_EQ(b->release(b, 0, h2), 0);
+  XT_CHECK_EQ(b->unreserve(b, 0, va, 8 * G), 0);
+  check_clean(b);
+  b->destroy(b);
+}
+
+/* Run fn in a child; return the signal that ended it (0 if it exited). */
+static int child_signal(void (*fn)(uintptr_t), uintptr_t arg) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    fn(arg);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+static void poke(uintptr_t a) { *(volatile char *)a = 1; }
+
+XT_TEST(unmapped_and_inaccessible_pages_fault) {
+  xs_backend_t *b = mk(16, 1);
+  XT_REQUIRE(b);
+  uintptr_t va;
+  xs_handle_t h;
+  int dev0[1] = {0};
+  XT_REQUIRE(b->reserve(b, 0, 4 * G, 0, &va) == 0);
+  XT_CHECK_EQ(child_signal(poke, va), SIGSEGV); /* reserved, never mapped */
+  XT_REQUIRE(b->create(b, 0, G, &h) == 0);
+  XT_REQUIRE(b->map(b, 0, va, G, h) == 0);
+  XT_CHECK_EQ(child_signal(poke, va), SIGSEGV); /* mapped, no access yet */
+  XT_REQUIRE(b->set_access(b, 0, va, G, dev0, 1) == 0);
+  XT_CHECK_EQ(child_signal(poke, va), 0);        /* accessible */
+  XT_REQUIRE(b->unmap(b, 0, va, G) == 0);
+  XT_CHECK_EQ(child_signal(poke, va), SIGSEGV); /* use after unmap */
+  b->release(b, 0, h);
+  b->unreserve(b, 0, va, 4 * G);
+  check_clean(b);
+  b->destroy(b);
+}
+
+XT_TEST(capacity_exhaustion_is_enomem) {
+  xs_backend_t *b = mk(8, 1); /* 4 granules */
+  XT_REQUIRE(b);
+  xs_handle_t h[5];
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[0]), 0);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[1]), 0);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[2]), XSEG_ENOMEM);
+  XT_CHECK(strstr(b->error_string(b), "out of memory") != NULL);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[3]), 0);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[4]), XSEG_ENOMEM);
+  size_t fr, tot;
+  XT_CHECK_EQ(b->mem_info(b, 0, &fr, &tot), 0);
+  XT_CHECK_EQ(fr, 0);
+  XT_CHECK_EQ(tot, 8 * MiB);
+  b->release(b, 0, h[1]);
+  XT_CHECK_EQ(b->mem_info(b, 0, &fr, &tot), 0);
+  XT_CHECK_EQ(fr, G);
+  uintptr_t a;
+  XT_CHECK_EQ(b->mem_alloc(b, 0, 2 * G, &a), XSEG_ENOMEM);
+  XT_CHECK_EQ(b->mem_alloc(b, 0, G, &a), 0);
+  XT_CHECK_EQ(b->mem_free(b, 0, a, G), 0);
+  b->release(b, 0, h[0]);
+  b->release(b, 0, h[3]);
+  check_clean(b);
+  b->destroy(b);
+}
+
+XT_TEST(driver_rules_are_enforced) {
+  xs_backend_t *b = mk(32, 2);
+  XT_REQUIRE(b);
+  uintptr_t va;
+  xs_handle_t h1, h2;
+  int dev0[1] = {0}, bad[1] = {7};
+  XT_REQUIRE(b->reserve(b, 0, 8 * G, 0, &va) == 0);
+  XT_REQUIRE(b->create(b, 0, 2 * G, &h1) == 0);
+  XT_REQUIRE(b->create(b, 0, G, &h2) == 0);
+  XT_CHECK(b->map(b, 0, va + 1, 2 * G, h1) != 0);         /* misaligned */
+  XT_CHECK(b->map(b, 0, va, G, h1) != 0);                 /* size differs from the handle */
+  XT_CHECK(b->map(b, 0, va + 7 * G, 2 * G, h1) != 0);     /* runs past the reservation */
+  XT_CHECK(b->map(b, 1, va, 2 * G, h1) != 0);             /* wrong device */
+  XT_CHECK_EQ(b->map(b, 0, va, 2 * G, h1), 0);
+  XT_CHECK(b->map(b, 0, va + G, G, h2) != 0);             /* over a mapping */
+  XT_CHECK(b->set_access(b, 0, va, 3 * G, dev0, 1) != 0); /* partly unmapped */
+  XT_CHECK_EQ(b->set_access(b, 0, va, 2 * G, bad, 1), XSEG_ENODEV);
+  XT_CHECK(b->unmap(b, 0, va, G) != 0);                   /* part of a mapping */
+  XT_CHECK(b->unmap(b, 0, va + G, G) != 0);
+  XT_CHECK_EQ(b->map(b, 0, va + 2 * G, G, h2), 0);
+  XT_CHECK_EQ(b->unmap(b, 0, va, 3 * G), 0);              /* two whole mappings at once */
+  XT_CHECK(b->unreserve(b, 0, va, 4 * G) != 0);           /* not the whole reservation */
+  XT_CHECK_EQ(b->map(b, 0, va, 2 * G, h1), 0);
+  XT_CHECK(b->unreserve(b, 0, va, 8 * G) != 0);           /* still mapped */
+  XT_CHECK_EQ(b->unmap(b, 0, va, 2 * G), 0);
+  XT_CHECK_EQ(b->release(b, 0, h1), 0);
+  XT_CHECK(b->release(b, 0, h1) != 0);                    /* twice */
+  XT_CHECK(b->map(b, 0, va, 2 * G, h1) != 0);             /* released handle */
+  XT_CHECK_EQ(b->release(b, 0, h2), 0);
+  XT_CHECK_EQ(b->unreserve(b, 0, va, 8 * G), 0);
+  XT_CHECK_EQ(b->create(b, 5, G, &h1), XSEG_ENODEV);
+  XT_CHECK(b->create(b, 0, G + 4096, &h1) != 0);          /* not a granule multiple */
+  check_clean(b);
+  b->destroy(b);
+}
+
+/* One full cycle of every call kind; returns the first failure or 0 and
+ * undoes everything that succeeded. */
+static int cycle(xs_backend_t *b) {
+  uintptr_t va = 0, ma = 0;
+  xs_handle_t h = 0;
+  xs_event_t ev = NULL;
+  size_t fr, tot;
+  int dev0[1] = {0};
+  int rc, stage = 0;
+  if ((rc = b->reserve(b, 0, 4 * G, 0, &va)) != 0) goto out;
+  stage = 1;
+  if ((rc = b->create(b, 0, G, &h)) != 0) goto out;
+  stage = 2;
+  if ((rc = b->map(b, 0, va, G, h)) != 0) goto out;
+  stage = 3;
+  if ((rc = b->set_access(b, 0, va, G, dev0, 1)) != 0) goto out;
+  fill(va, G, 0x5A);
+  if ((rc = b->unmap(b, 0, va, G)) != 0) goto out;
+  stage = 2;
+  if ((rc = b->release(b, 0, h)) != 0) goto out;
+  stage = 1;
+  if ((rc = b->unreserve(b, 0, va, 4 * G)) != 0) goto out;
+  stage = 0;
+  if ((rc = b->mem_alloc(b, 0, G, &ma)) != 0) goto out;
+  stage = 4;
+  if ((rc = b->mem_free(b, 0, ma, G)) != 0) goto out;
+  stage = 0;
+  if ((rc = b->mem_info(b, 0, &fr, &tot)) != 0) goto out;
+  if ((rc = b->event_create(b, 0, &ev)) != 0) goto out;
+  stage = 5;
+  if ((rc = b->event_record(b, 0, ev, NULL)) != 0) goto out;
+  if ((rc = b->event_query(b, 0, ev)) != 0) goto out;
+  if ((rc = b->event_sync(b, 0, ev)) != 0) goto out;
+  if ((rc = b->event_destroy(b, 0, ev)) != 0) goto out;
+  stage = 0;
+out:
+  /* Undo with faults cleared, as a caller would retry later. */
+  xs_host_fail_clear(b);
+  if (stage == 3 || stage == 2) {
+    if (stage == 3) b->unmap(b, 0, va, G);
+    b->release(b, 0, h);
+  }
+  if (stage >= 1 && stage <= 3) b->unreserve(b, 0, va, 4 * G);
+  if (stage == 4) b->mem_free(b, 0, ma, G);
+  if (stage == 5) b->event_destroy(b, 0, ev);
+  return rc;
+}
+
+XT_TEST(each_injected_fault_errors_and_leaks_nothing) {
+  xs_backend_t *b = mk(16, 1);
+  XT_REQUIRE(b);
+  XT_CHECK_EQ(cycle(b), 0);
+  check_clean(b);
+  for (int k = 0; k < XS_CALL__COUNT; k++) {
+    xs_host_fail(b, (xs_call_t)k, 1, XSEG_EBACKEND, 0);
+    int rc = cycle(b);
+    XT_CHECK_MSG(rc == XSEG_EBACKEND, "fault on %s returned %d", xs_call_names[k], rc);
+    XT_CHECK_MSG(strstr(b->error_string(b), xs_call_names[k]) != NULL, "message '%s' names %s",
+                 b->error_string(b), xs_call_names[k]);
+    check_clean(b);
+    XT_CHECK_EQ(cycle(b), 0); /* cleared: works again */
+    check_clean(b);
+  }
+  /* The n-th call, sticky, and a chosen code. */
+  xs_handle_t h[3];
+  xs_host_fail(b, XS_CALL_CREATE, 2, XSEG_ENOMEM, 1);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[0]), 0);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[1]), XSEG_ENOMEM);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[2]), XSEG_ENOMEM);
+  xs_host_fail_clear(b);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[1]), 0);
+  b->release(b, 0, h[0]);
+  b->release(b, 0, h[1]);
+  xs_host_counters_t c;
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.failed[XS_CALL_CREATE], 3); /* one from the loop, two here */
+  check_clean(b);
+  b->destroy(b);
+}
+
+XT_TEST(events_follow_the_stream_controls) {
+  xs_backend_t *b = mk(8, 1);
+  XT_REQUIRE(b);
+  xseg_stream_t s1 = (xseg_stream_t)0x1, s2 = (xseg_stream_t)0x2;
+  xs_event_t e1, e2;
+  XT_REQUIRE(b->event_create(b, 0, &e1) == 0 && b->event_create(b, 0, &e2) == 0);
+  XT_CHECK_EQ(b->event_query(b, 0, e1), 0); /* never recorded: complete */
+  xs_host_stream_hold(b, s1);
+  XT_CHECK_EQ(b->event_record(b, 0, e1, s1), 0);
+  XT_CHECK_EQ(b->event_record(b, 0, e2, s2), 0);
+  XT_CHECK_EQ(b->event_query(b, 0, e1), XSEG_ENOTREADY);
+  XT_CHECK_EQ(b->event_query(b, 0, e2), 0);
+  XT_CHECK(!xs_host_stream_idle(b, s1));
+  xs_host_stream_complete(b, s1);
+  XT_CHECK_EQ(b->event_query(b, 0, e1), 0);
+  XT_CHECK_EQ(b->event_record(b, 0, e1, s1), 0); /* still held */
+  XT_CHECK_EQ(b->event_query(b, 0, e1), XSEG_ENOTREADY);
+  xs_host_counters_t c;
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.waits, 0);
+  XT_CHECK_EQ(b->event_sync(b, 0, e1), 0); /* the simulated GPU catches up */
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.waits, 1);
+  XT_CHECK_EQ(b->event_query(b, 0, e1), 0);
+  xs_host_stream_release(b, s1);
+  XT_CHECK_EQ(b->event_record(b, 0, e1, s1), 0);
+  XT_CHECK_EQ(b->event_query(b, 0, e1), 0);
+  b->event_destroy(b, 0, e1);
+  b->event_destroy(b, 0, e2);
+  check_clean(b);
+  b->destroy(b);
+}
+
+XT_TEST(bad_parameters_are_refused) {
+  xs_host_params_t p = {0, 64 * MiB, G};
+  xs_backend_t *b = NULL;
+  XT_CHECK(xs_host_backend_create(&p, &b) != 0);
+  p = (xs_host_params_t){1, 64 * MiB, 3000};
+  XT_CHECK(xs_host_backend_create(&p, &b) != 0);
+  p = (xs_host_params_t){1, MiB, G};
+  XT_CHECK(xs_host_backend_create(&p, &b) != 0);
+  b = mk(16, 2);
+  XT_REQUIRE(b);
+  int n = 0;
+  xs_devinfo_t info;
+  XT_CHECK_EQ(b->device_count(b, &n), 0);
+  XT_CHECK_EQ(n, 2);
+  XT_CHECK_EQ(b->device_info(b, 1, &info), 0);
+  XT_CHECK_EQ(info.granularity, G);
+  XT_CHECK_EQ(info.total, 16 * MiB);
+  XT_CHECK_EQ(info.vmm, 1);
+  XT_CHECK_EQ(b->device_info(b, 2, &info), XSEG_ENODEV);
+  b->destroy(b);
+}
+
+int main(void) {
+  XT_RUN(content_survives_remap);
+  XT_RUN(unmapped_and_inaccessible_pages_fault);
+  XT_RUN(capacity_exhaustion_is_enomem);
+  XT_RUN(driver_rules_are_enforced);
+  XT_RUN(each_injected_fault_errors_and_leaks_nothing);
+  XT_RUN(events_follow_the_stream_controls);
+  XT_RUN(bad_parameters_are_refused);
+  return XT_DONE();
+}

@@ -1,0 +1,87 @@
+/* test/testutil.h: helpers shared by the allocator tests: (re)initialising
+ * the library on the host backend, data patterns, and the host backend's
+ * counters.  Header-only, static functions.
+ */
+#ifndef XSEG_TEST_TESTUTIL_H
+#define XSEG_TEST_TESTUTIL_H
+
+#include "host_backend.h"
+#include "internal.h"
+#include "xseg.h"
+#include "xtest.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+/* The two modes every allocator test runs in. */
+static const char *const t_modes[2] = {"expandable_segments:True", "expandable_segments:False"};
+
+/* Initialise on the host backend with extra configuration; 0 on success. */
+static inline int t_init(const char *extra) {
+  char conf[1024];
+  snprintf(conf, sizeof conf, "backend:host,%s", extra ? extra : "");
+  int rc = xseg_init(conf);
+  if (rc != 0) fprintf(stderr, "xseg_init(\"%s\"): %s\n", conf, xseg_last_error());
+  return rc;
+}
+
+static inline xs_backend_t *t_backend(void) { return xs_current_backend(); }
+
+static inline xs_host_counters_t t_counters(void) {
+  xs_host_counters_t c;
+  memset(&c, 0, sizeof c);
+  xs_backend_t *b = t_backend();
+  if (b && xs_host_is(b)) xs_host_counters(b, -1, &c);
+  return c;
+}
+
+/* A cheap, position-dependent pattern: word i of a block tagged t. */
+static inline uint64_t t_word(uint64_t tag, size_t i) { return (tag * 0x9E3779B97F4A7C15ull) ^ (i * 0xBF58476D1CE4E5B9ull); }
+
+static inline void t_fill(void *p, size_t n, uint64_t tag) {
+  uint64_t *w = p;
+  for (size_t i = 0; i < n / 8; i++) w[i] = t_word(tag, i);
+  unsigned char *c = p;
+  for (size_t i = n / 8 * 8; i < n; i++) c[i] = (unsigned char)tag;
+}
+
+static inline int t_verify(const void *p, size_t n, uint64_t tag) {
+  const uint64_t *w = p;
+  for (size_t i = 0; i < n / 8; i++)
+    if (w[i] != t_word(tag, i)) return 0;
+  const unsigned char *c = p;
+  for (size_t i = n / 8 * 8; i < n; i++)
+    if (c[i] != (unsigned char)tag) return 0;
+  return 1;
+}
+
+/* Heap check with the message on failure. */
+#define T_CHECK_HEAP()                                                       \
+  do {                                                                       \
+    int rc_ = xseg_check_heap(-1);                                           \
+    XT_CHECK_MSG(rc_ == 0, "heap check: %s", xseg_last_error());             \
+  } while (0)
+
+/* A JSON number at a dotted path of xseg_stats_json's output, e.g.
+ * "allocated_bytes.all.current".  Good enough for our own flat output;
+ * test_stats parses the JSON properly. */
+static inline long long t_stat(int dev, const char *path) {
+  static char buf[1 << 16];
+  if (xseg_stats_json(dev, buf, sizeof buf) >= sizeof buf) return -1;
+  const char *p = buf;
+  char key[128];
+  const char *s = path;
+  while (*s) {
+    const char *dot = strchr(s, '.');
+    size_t n = dot ? (size_t)(dot - s) : strlen(s);
+    snprintf(key, sizeof key, "\"%.*s\":", (int)n, s);
+    p = strstr(p, key);
+    if (!p) return -1;
+    p += strlen(key);
+    s += n + (dot ? 1 : 0);
+  }
+  return strtoll(p, NULL, 10);
+}
+
+#endif /* XSEG_TEST_TESTUTIL_H */

@@ -1,0 +1,62 @@
+/* vmm/host_backend.h: controls of the host backend for tests, CI and
+ * simulation.  The backend itself is reached through vmm/backend.h; these
+ * calls let a test read its counters, inject faults and decide when the
+ * work on a stream completes.
+ *
+ * Model of "device" memory: each simulated device owns one memfd of
+ * `capacity` bytes cut into chunks of `granularity` bytes.  A handle is a
+ * list of chunks (not necessarily contiguous, as physical pages on a GPU
+ * are not); mapping it mmaps those chunks back to back, so data survives
+ * unmapping and mapping elsewhere.  Unmapped and not-yet-accessible ranges
+ * are PROT_NONE: touching them faults, as a GPU kernel would.
+ *
+ * Model of streams: a stream is any pointer value.  Work on a stream
+ * completes at once unless the test holds the stream; while held, events
+ * recorded on it stay pending until xs_host_stream_complete() or
+ * xs_host_stream_release().  event_sync on a pending event completes the
+ * stream up to that event (the simulated GPU catches up) and is counted
+ * in `waits`, so a test can tell whether the allocator blocked.
+ */
+#ifndef XSEG_VMM_HOST_BACKEND_H
+#define XSEG_VMM_HOST_BACKEND_H
+
+#include "backend.h"
+
+typedef struct xs_host_counters_s {
+  uint64_t calls[XS_CALL__COUNT];  /* successful and failed calls per kind */
+  uint64_t failed[XS_CALL__COUNT]; /* of which failed (injected or refused) */
+  uint64_t handles_live;           /* created and not released */
+  uint64_t handle_bytes;           /* physical bytes held (released-but-mapped included) */
+  uint64_t mapped_bytes;           /* bytes currently mapped */
+  uint64_t mappings_live;          /* number of live mappings */
+  uint64_t reservations_live;      /* address ranges reserved */
+  uint64_t reserved_bytes;         /* bytes of address ranges reserved */
+  uint64_t mem_allocs_live;        /* mem_alloc blocks not yet freed */
+  uint64_t events_live;            /* events created and not destroyed */
+  uint64_t waits;                  /* event_sync calls that had to wait */
+} xs_host_counters_t;
+
+/* The host backend behind `b`, or NULL if `b` is another kind. */
+int xs_host_is(const xs_backend_t *b);
+
+/* Counters summed over all devices (dev < 0) or for one device. */
+void xs_host_counters(xs_backend_t *b, int dev, xs_host_counters_t *out);
+
+/* Make the n-th call of `kind` from now (n >= 1) fail with `code`
+ * (XSEG_EBACKEND, XSEG_ENOMEM, ...).  With `sticky`, that call and every
+ * later one of the kind fail until xs_host_fail_clear().  A failing call has
+ * no effect. */
+void xs_host_fail(xs_backend_t *b, xs_call_t kind, uint64_t n, int code, int sticky);
+void xs_host_fail_clear(xs_backend_t *b);
+
+/* Streams. */
+void xs_host_stream_hold(xs_backend_t *b, xseg_stream_t s);     /* work stays pending */
+void xs_host_stream_complete(xs_backend_t *b, xseg_stream_t s); /* finish pending work */
+void xs_host_stream_release(xs_backend_t *b, xseg_stream_t s);  /* finish and stop holding */
+/* 1 if every event recorded on `s` so far has completed. */
+int xs_host_stream_idle(xs_backend_t *b, xseg_stream_t s);
+
+/* Replace the clock (NULL restores CLOCK_MONOTONIC). */
+void xs_host_set_clock(xs_backend_t *b, uint64_t (*now_ns)(void));
+
+#endif /* XSEG_VMM_HOST_BACKEND_H */
