@@ -281,16 +281,26 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
   }
   int cls = rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE;
   xs_pool_t *p = &st->pools[cls];
-  xs_block_t *b = xs_pool_fit(d, p, rsize);
-  uintptr_t addr = b ? xs_place(d, b, rsize) : 0;
-  if (!b) {
-    int rc = grow(d, p, rsize, &b, &addr);
-    if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
-    if (rc != 0) return NULL; /* the error says why */
+  xs_block_t *b;
+  uintptr_t addr;
+  for (;;) {
+    b = xs_pool_fit(d, p, rsize);
+    addr = b ? xs_place(d, b, rsize) : 0;
+    if (!b) {
+      int rc = grow(d, p, rsize, &b, &addr);
+      if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
+      if (rc != 0) return NULL; /* the error says why */
+    }
     if (xs_slab_reserve(&d->slab, 2) != 0) {
       xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
       return NULL;
     }
+    if (d->mode != XS_MODE_EXPANDABLE) break;
+    /* Never let a block pin a whole page of a large handle that holds no
+     * data: re-make that handle as pages first (once per handle), then
+     * look again.  If that fails, pinning is the lesser evil. */
+    xs_chunk_t *c = xs_exp_pins_big(d, b, addr, rsize);
+    if (!c || xs_exp_convert(d, b, c) != 0) break;
   }
   b = xs_carve(d, b, addr, rsize);
   if (xs_ptrmap_put(&d->live, b->addr, b) != 0) {

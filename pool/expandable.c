@@ -76,31 +76,43 @@ static xs_chunk_t *chunk_outside(const xs_segment_t *seg, uintptr_t a, uintptr_t
   return NULL;
 }
 
+/* Unmap chunk c, wholly inside mapped free block cur, and split cur so the
+ * chunk's pages become an unmapped block.  Returns the mapped free block
+ * after the chunk (NULL if none) or cur itself on failure (*rc set). */
+static xs_block_t *unmap_chunk_of(xs_device_t *d, xs_block_t *cur, xs_chunk_t *c, int *rc) {
+  xs_segment_t *seg = cur->seg;
+  uintptr_t ca = c->addr, cb = c->addr + c->size;
+  if ((*rc = xs_slab_reserve(&d->slab, 2)) != 0) return cur;
+  if ((*rc = xs_seg_unmap_chunk(d, seg, c)) != 0) return cur;
+  xs_free_remove(d, cur);
+  xs_block_t *mid = cur, *right = NULL;
+  if (ca > cur->addr) {
+    mid = xs_split_at(d, cur, ca);
+    xs_free_insert(d, cur); /* the mapped part before the chunk */
+  }
+  if (cb < xs_block_end(mid)) right = xs_split_at(d, mid, cb);
+  mid->mapped = 0;
+  mid->free_seq = 0;
+  xs_merge_insert(d, mid); /* joins unmapped neighbours */
+  if (right) xs_free_insert(d, right);
+  return right;
+}
+
 /* Unmap wholly free chunks of mapped free block f (outside the exclusion),
- * up to about max bytes, splitting f so the unmapped pages form unmapped
- * blocks.  f's stream must be safe.  Returns the bytes unmapped. */
+ * up to about max bytes.  f's stream must be safe.  Returns the bytes
+ * unmapped. */
 static size_t unmap_free_block(xs_device_t *d, xs_block_t *f, size_t max, const excl_t *x) {
-  xs_segment_t *seg = f->seg;
   size_t got = 0;
   xs_block_t *cur = f;
   while (cur && got < max) {
-    xs_chunk_t *c = chunk_outside(seg, cur->addr, xs_block_end(cur), x);
-    if (!c || xs_slab_reserve(&d->slab, 2) != 0) break;
-    uintptr_t ca = c->addr, cb = c->addr + c->size;
-    if (xs_seg_unmap_chunk(d, seg, c) != 0) break;
-    got += cb - ca;
-    xs_free_remove(d, cur);
-    xs_block_t *mid = cur, *right = NULL;
-    if (ca > cur->addr) {
-      mid = xs_split_at(d, cur, ca);
-      xs_free_insert(d, cur); /* the mapped part before the chunk */
-    }
-    if (cb < xs_block_end(mid)) right = xs_split_at(d, mid, cb);
-    mid->mapped = 0;
-    mid->free_seq = 0;
-    xs_merge_insert(d, mid); /* joins unmapped neighbours */
-    if (right) xs_free_insert(d, right);
-    cur = right;
+    xs_chunk_t *c = chunk_outside(cur->seg, cur->addr, xs_block_end(cur), x);
+    if (!c) break;
+    size_t size = c->size;
+    int rc;
+    xs_block_t *next = unmap_chunk_of(d, cur, c, &rc);
+    if (rc != 0) break;
+    got += size;
+    cur = next;
   }
   return got;
 }
@@ -276,7 +288,12 @@ static int map_span(xs_device_t *d, const span_t *sp, size_t size) {
     if (!u || u->addr >= e) return 0;
     if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
     uintptr_t ua = u->addr, ub = xs_block_end(u) < pe ? xs_block_end(u) : pe, done = ua;
-    int rc = xs_seg_map(d, seg, ua, ub, &done);
+    /* Large chunks only over pages the request fills: the page holding its
+     * end gets a page-sized chunk, since later blocks may share it. */
+    uintptr_t whole = e / seg->page * seg->page;
+    size_t max_chunk = ua < whole ? 0 : seg->page;
+    if (ua < whole && ub > whole) ub = whole;
+    int rc = xs_seg_map(d, seg, ua, ub, max_chunk, &done);
     if (done > ua) mark_mapped(d, u, done);
     if (rc == 0) continue;
     if (rc != XSEG_ENOMEM) return rc;
@@ -328,6 +345,59 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
   *out = span_block(&sp, size);
   *addr = sp.addr;
   return 0;
+}
+
+/* ---- converting large chunks ------------------------------------------------------------ */
+
+xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
+  /* Invariant: a chunk of more than one page lies wholly inside one live
+   * block, or holds no data at all.  Only chunks at the two ends of the
+   * placement can be partly covered. */
+  const xs_segment_t *seg = f->seg;
+  size_t page = seg->page;
+  uintptr_t end = addr + size;
+  uintptr_t ends[2] = {addr, end - 1};
+  (void)d;
+  for (int i = 0; i < 2; i++) {
+    xs_chunk_t *c = seg->pages[(ends[i] - seg->base) / page];
+    if (c && c->size > page && (c->addr < addr || c->addr + c->size > end)) {
+      xs_assert_internal(c->addr >= f->addr && c->addr + c->size <= xs_block_end(f));
+      return c;
+    }
+  }
+  return NULL;
+}
+
+int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c) {
+  xs_segment_t *seg = f->seg;
+  uintptr_t ca = c->addr, cb = c->addr + c->size;
+  size_t size = c->size;
+  if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return xseg_last_error_code() ? xseg_last_error_code() : XSEG_EBACKEND;
+  int rc;
+  unmap_chunk_of(d, f, c, &rc);
+  if (rc != 0) return rc;
+  /* The chunk's pages are one unmapped block now; map them again one page
+   * per chunk (the big chunk waits in the cache and is released if the
+   * device needs its memory for the small ones). */
+  xs_block_t *u = seg->head;
+  while (u && xs_block_end(u) <= ca) u = u->next;
+  xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);
+  if (u->addr < ca) {
+    /* u merged with unmapped neighbours: map exactly the chunk's pages. */
+    xs_free_remove(d, u);
+    xs_block_t *r = xs_split_at(d, u, ca);
+    xs_free_insert(d, u);
+    u = r;
+    xs_free_insert(d, u);
+  }
+  uintptr_t done = ca;
+  rc = xs_seg_map(d, seg, ca, cb, seg->page, &done);
+  if (done > ca) mark_mapped(d, u, done);
+  d->stats.num_conversions++;
+  d->stats.converted_bytes += size;
+  /* What could not be mapped stays unmapped: consistent, and the caller
+   * looks for a block again. */
+  return rc;
 }
 
 void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p) {

@@ -307,6 +307,13 @@ int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size);
 
 /* expandable.c */
 int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr);
+/* A chunk of more than one page that placing [addr, addr+size) in free
+ * block f would cover only in part, or NULL.  Such a chunk must be
+ * converted first (xs_exp_convert): a large chunk lies wholly inside one
+ * live block or holds no data, so every free page can be unmapped. */
+xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
+/* Re-make chunk c (wholly inside free block f) as page-sized chunks. */
+int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c);
 size_t xs_exp_trim(xs_device_t *d, size_t target, int wait); /* bytes released */
 int xs_exp_empty(xs_device_t *d);
 void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p);
@@ -315,9 +322,11 @@ void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p);
 int xs_seg_create(xs_device_t *d, xs_pool_t *p, size_t min_size, xs_segment_t **out);
 void xs_seg_destroy(xs_device_t *d, xs_segment_t *seg);
 /* Map pages [a, b) (page aligned, all unmapped) with chunks from the cache
- * or new ones; on failure keeps what it mapped and sets *done to the end
- * of the mapped prefix. */
-int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, uintptr_t *done);
+ * or new ones of at most max_chunk bytes (0: the sizing policy decides); on
+ * failure keeps what it mapped and sets *done to the end of the mapped
+ * prefix. */
+int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, size_t max_chunk,
+               uintptr_t *done);
 /* The first chunk lying wholly inside [a, b), or NULL. */
 xs_chunk_t *xs_seg_chunk_within(const xs_segment_t *seg, uintptr_t a, uintptr_t b);
 /* Unmap chunk c of seg into the device's cache. */

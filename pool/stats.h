@@ -53,6 +53,8 @@
   X(time_set_access_ns, "time in cuMemSetAccess")                                            \
   X(remapped_bytes, "bytes of handles unmapped from holes and mapped elsewhere (stitched)")  \
   X(num_remaps, "handles moved from one address to another")                                 \
+  X(num_conversions, "large handles re-made as page-sized handles before a partial reuse")   \
+  X(converted_bytes, "bytes of large handles converted to page-sized handles")               \
   X(num_fence_waits, "times the host waited for a stream before unmapping")                  \
   X(num_trims, "release-policy trims (release_threshold_mb, gc threshold)")                  \
   X(trimmed_bytes, "bytes unmapped and released by trims")

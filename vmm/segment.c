@@ -182,20 +182,21 @@ static size_t chunk_size(const xs_device_t *d, const xs_segment_t *seg, size_t g
   return sz;
 }
 
-int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, uintptr_t *done) {
+int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, size_t max_chunk, uintptr_t *done) {
   size_t page = seg->page;
   xs_assert_internal(a % page == 0 && b % page == 0 && a >= seg->base && b <= seg->base + seg->size);
   int rc = 0;
   uintptr_t x = a;
   while (x < b) {
     size_t gap = b - x;
-    xs_chunk_t *c = cache_take(d, gap);
+    size_t lim = max_chunk && max_chunk < gap ? max_chunk : gap;
+    xs_chunk_t *c = cache_take(d, lim);
     if (!c) {
       /* Release what cannot fit before asking the driver: at the limit the
        * cache holds the memory we would be refused. */
-      size_t sz = chunk_size(d, seg, gap);
+      size_t sz = chunk_size(d, seg, lim);
       rc = xs_phys_create(d, sz, &c);
-      if (rc == XSEG_ENOMEM && cache_release_larger(d, gap) > 0) rc = xs_phys_create(d, sz, &c);
+      if (rc == XSEG_ENOMEM && cache_release_larger(d, lim) > 0) rc = xs_phys_create(d, sz, &c);
       if (rc == XSEG_ENOMEM && sz > page) {
         sz = page; /* finer pieces fit where a large one does not */
         rc = xs_phys_create(d, sz, &c);
