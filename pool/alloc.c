@@ -286,7 +286,8 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
   for (;;) {
     b = xs_pool_fit(d, p, rsize);
     addr = b ? xs_place(d, b, rsize) : 0;
-    if (!b) {
+    int grown = b == NULL;
+    if (grown) {
       int rc = grow(d, p, rsize, &b, &addr);
       if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
       if (rc != 0) return NULL; /* the error says why */
@@ -298,9 +299,22 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
     if (d->mode != XS_MODE_EXPANDABLE) break;
     /* Never let a block pin a whole page of a large handle that holds no
      * data: re-make that handle as pages first (once per handle), then
-     * look again.  If that fails, pinning is the lesser evil. */
+     * look again. */
     xs_chunk_t *c = xs_exp_pins_big(d, b, addr, rsize);
-    if (!c || xs_exp_convert(d, b, c) != 0) break;
+    if (!c) break;
+    if (!grown && !xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
+      /* The GPU may still be using that handle: rather than wait for it,
+       * take fresh memory if the device has some. */
+      xs_block_t *nb;
+      uintptr_t na;
+      if (grow(d, p, rsize, &nb, &na) == 0 && xs_slab_reserve(&d->slab, 2) == 0) {
+        b = nb;
+        addr = na;
+        if (!(c = xs_exp_pins_big(d, b, addr, rsize))) break;
+      }
+      xs_error_clear();
+    }
+    if (xs_exp_convert(d, b, c) != 0) break; /* pinning is the lesser evil then */
   }
   b = xs_carve(d, b, addr, rsize);
   if (xs_ptrmap_put(&d->live, b->addr, b) != 0) {

@@ -372,13 +372,16 @@ int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c) {
   xs_segment_t *seg = f->seg;
   uintptr_t ca = c->addr, cb = c->addr + c->size;
   size_t size = c->size;
-  if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return xseg_last_error_code() ? xseg_last_error_code() : XSEG_EBACKEND;
+  if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
   int rc;
   unmap_chunk_of(d, f, c, &rc);
   if (rc != 0) return rc;
+  /* Give the large handle back first: its memory is what the page-sized
+   * ones are made of.  (If the release fails it stays cached, and the
+   * mapping below releases it or works around it.) */
+  xs_cache_release_chunk(d, c);
   /* The chunk's pages are one unmapped block now; map them again one page
-   * per chunk (the big chunk waits in the cache and is released if the
-   * device needs its memory for the small ones). */
+   * per chunk. */
   xs_block_t *u = seg->head;
   while (u && xs_block_end(u) <= ca) u = u->next;
   xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);

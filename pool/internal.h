@@ -334,6 +334,7 @@ int xs_seg_unmap_chunk(xs_device_t *d, xs_segment_t *seg, xs_chunk_t *c);
 /* Bytes of chunks lying wholly inside [a, b). */
 size_t xs_seg_unmappable(const xs_segment_t *seg, uintptr_t a, uintptr_t b);
 int xs_cache_release(xs_device_t *d, size_t keep); /* release cached chunks down to keep bytes */
+int xs_cache_release_chunk(xs_device_t *d, xs_chunk_t *c); /* release one cached chunk */
 xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p); /* segment containing p, or NULL */
 
 /* binned.c */

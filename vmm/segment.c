@@ -156,6 +156,17 @@ static size_t cache_release_if(xs_device_t *d, size_t keep, size_t larger_than, 
   return freed;
 }
 
+int xs_cache_release_chunk(xs_device_t *d, xs_chunk_t *c) {
+  for (xs_chunk_t **l = &d->cache; *l; l = &(*l)->next) {
+    if (*l != c) continue;
+    cache_unlink(d, l);
+    int rc = xs_phys_release(d, c);
+    if (rc != 0) cache_put(d, c); /* kept: nothing is lost */
+    return rc;
+  }
+  return XSEG_EINVAL;
+}
+
 int xs_cache_release(xs_device_t *d, size_t keep) {
   int rc = 0;
   cache_release_if(d, keep, 0, &rc);
