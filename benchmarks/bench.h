@@ -31,7 +31,7 @@ typedef struct trace_s {
 int trace_load(const char *path, trace_t *t);
 void trace_free(trace_t *t);
 
-/* ---- replay (frag.c) --------------------------------------------------------- */
+/* ---- replay and budgets (frag.c) ------------------------------------------------- */
 
 typedef struct replay_s {
   int ok;             /* 1: every allocation succeeded */
@@ -43,22 +43,53 @@ typedef struct replay_s {
 /* Replay through xseg under configuration `conf` (xseg_init). */
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running);
 
-/* Smallest host_capacity_mb (a multiple of step_mb) in which the trace
- * replays under `conf`, by bisection.  Returns 0 if even hi_mb fails. */
-size_t min_budget_mb(const trace_t *t, const char *conf, size_t step_mb, int *replays);
+/* The allocators the fragmentation benchmark compares. */
+typedef enum alloc_kind_e { AK_XSEG_EXP, AK_XSEG_BIN, AK_CUDAMALLOC, AK_MALLOCASYNC, AK__COUNT } alloc_kind_t;
+extern const char *const ak_names[AK__COUNT];
 
-/* ---- output -------------------------------------------------------------------- */
+/* Does the trace replay within budget_mb?  Host backend: the budget is
+ * host_capacity_mb.  GPU: every allocator runs with all but budget_mb of
+ * the device's free memory held by a filler allocation. */
+int replay_fits(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t budget_mb);
 
-typedef struct opts_s {
-  int host;       /* host backend */
-  int quick;
-  const char *json;
-  const char *extra; /* more configuration for every run */
-} opts_t;
+/* Smallest budget (a multiple of step_mb) in which the trace replays, by
+ * bisection between the peak and 16 x the peak; 0 if none fits. */
+size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t step_mb,
+                     int *replays);
 
-extern FILE *g_json; /* NULL when --json not given */
-void json_begin(const char *section);
-void json_end(void);
+/* ---- the GPU's own allocators (cuda_alt.c) ------------------------------------------ */
+
+int gpu_open(void);
+void gpu_describe(char *buf, size_t len);
+size_t gpu_free_bytes(void);
+int gpu_fill(size_t budget, uint64_t *handle);
+void gpu_unfill(uint64_t handle);
+double gpu_time_malloc_free(size_t size, int reps, double *free_s); /* seconds per call */
+replay_t replay_cuda(const trace_t *t, int kind); /* 0: cuMemAlloc, 1: cuMemAllocAsync */
+
+/* ---- micro-benchmarks (micro.c) ----------------------------------------------------- */
+
+typedef struct latency_s {
+  size_t size;
+  double median_ns, p99_ns;
+} latency_t;
+
+typedef struct scale_s {
+  size_t live;
+  double pair_ns, churn_ns;
+} scale_t;
+
+typedef struct growth_s {
+  size_t size;
+  int count;
+  double median_us, gbps;
+} growth_t;
+
+int bench_latency(const char *conf, const size_t *sizes, int nsizes, int samples, latency_t *out);
+int bench_scale(const char *conf, size_t live, int samples, scale_t *out);
+int bench_growth(const char *conf, size_t size, size_t total, growth_t *out);
+int bench_threads(const char *conf, int nthreads, int ops, double *mops);
+double pct(double *v, size_t n, double q);
 
 double now_s(void);
 

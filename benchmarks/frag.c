@@ -58,19 +58,39 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
   return r;
 }
 
-static int fits(const trace_t *t, const char *conf, size_t mb, int *replays) {
+const char *const ak_names[AK__COUNT] = {"xseg", "xseg-binned", "cudaMalloc", "cudaMallocAsync"};
+
+int replay_fits(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t mb) {
   char c[1024];
-  snprintf(c, sizeof c, "backend:host,host_capacity_mb:%zu%s%s", mb, *conf ? "," : "", conf);
-  (*replays)++;
-  return replay_xseg(t, c, 0).ok;
+  const char *mode = k == AK_XSEG_BIN ? "expandable_segments:False" : "expandable_segments:True";
+  const char *sep = extra && *extra ? "," : "";
+  if (!gpu) {
+    if (k != AK_XSEG_EXP && k != AK_XSEG_BIN) return 0;
+    snprintf(c, sizeof c, "backend:host,host_capacity_mb:%zu,%s%s%s", mb, mode, sep, extra ? extra : "");
+    return replay_xseg(t, c, 0).ok;
+  }
+  uint64_t filler;
+  if (gpu_fill(mb << 20, &filler) != 0) return 0;
+  int ok;
+  if (k == AK_CUDAMALLOC || k == AK_MALLOCASYNC) {
+    ok = replay_cuda(t, k == AK_CUDAMALLOC ? 0 : 1).ok;
+  } else {
+    snprintf(c, sizeof c, "backend:cuda,%s%s%s", mode, sep, extra ? extra : "");
+    ok = replay_xseg(t, c, 0).ok;
+  }
+  gpu_unfill(filler);
+  return ok;
 }
 
-size_t min_budget_mb(const trace_t *t, const char *conf, size_t step, int *replays) {
+size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t step, int *replays) {
   size_t lo = (size_t)((t->peak_live + (1u << 20) - 1) >> 20);
   lo = (lo + step - 1) / step * step; /* nothing below the peak can fit */
-  if (fits(t, conf, lo, replays)) return lo;
+  (*replays)++;
+  if (replay_fits(t, k, gpu, extra, lo)) return lo;
   size_t gap = lo / 16 + step, hi = lo + gap;
-  while (!fits(t, conf, hi, replays)) {
+  for (;;) {
+    (*replays)++;
+    if (replay_fits(t, k, gpu, extra, hi)) break;
     if (hi > 16 * lo) return 0;
     lo = hi; /* known to fail */
     gap *= 2;
@@ -80,7 +100,8 @@ size_t min_budget_mb(const trace_t *t, const char *conf, size_t step, int *repla
   while (hi - lo > step) {
     size_t mid = (lo + (hi - lo) / 2) / step * step;
     if (mid <= lo) mid = lo + step;
-    if (fits(t, conf, mid, replays))
+    (*replays)++;
+    if (replay_fits(t, k, gpu, extra, mid))
       hi = mid;
     else
       lo = mid;

@@ -1,30 +1,226 @@
-/* benchmarks/main.c: xseg-bench, the command line (docs/benchmarks.md). */
+/* benchmarks/main.c: xseg-bench, the command line (docs/benchmarks.md).
+ *
+ *   xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...]
+ *              [--traces DIR] [COMMAND [ARGS]]
+ *
+ * COMMAND is all (the default), latency, scale, growth, threads, frag
+ * [TRACE...], or replay TRACE.  Every section prints a table to stdout and,
+ * with --json, a record per row into one JSON object keyed by section.
+ */
+#include <dirent.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
-FILE *g_json;
+#ifndef XSEG_TRACE_DIR
+#define XSEG_TRACE_DIR "benchmarks/traces"
+#endif
+
+typedef struct opts_s {
+  int gpu;            /* run on the CUDA backend */
+  int quick;
+  const char *json;
+  const char *extra;  /* more configuration for every xseg run */
+  const char *traces; /* directory of shipped traces */
+} opts_t;
+
+/* ---- JSON, written as the sections run ----------------------------------------------- */
+
+static FILE *jf;
+static int jsec_open, jrec_first = 1;
+
+/* Sections follow the "machine" object: close the open one, open the next. */
+static void jsection(const char *name) {
+  if (!jf) return;
+  fprintf(jf, "%s,\n\"%s\":[", jsec_open ? "]" : "", name);
+  jsec_open = 1;
+  jrec_first = 1;
+}
+
+static void jrec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void jrec(const char *fmt, ...) {
+  if (!jf) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs(jrec_first ? "\n {" : ",\n {", jf);
+  vfprintf(jf, fmt, ap);
+  fputc('}', jf);
+  va_end(ap);
+  jrec_first = 0;
+}
+
+static char conf_buf[1024];
+
+/* The configuration for an xseg run: backend, then the user's extras. */
+static const char *conf(const opts_t *o, const char *more) {
+  snprintf(conf_buf, sizeof conf_buf, "%s%s%s%s%s", o->gpu ? "backend:cuda" : "backend:host,host_capacity_mb:16384",
+           more && *more ? "," : "", more ? more : "", o->extra ? "," : "", o->extra ? o->extra : "");
+  return conf_buf;
+}
+
+static void header(const opts_t *o) {
+  struct utsname u;
+  uname(&u);
+  char gpu[256] = "none";
+  if (o->gpu) gpu_describe(gpu, sizeof gpu);
+  time_t now = time(NULL);
+  char date[32];
+  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("xseg-bench %s | %s backend | %s %s, %ld CPUs | GPU: %s | %s%s\n", xseg_version(), o->gpu ? "cuda" : "host",
+         u.sysname, u.machine, cpus, gpu, date, o->quick ? " | quick" : "");
+  if (jf)
+    fprintf(jf, "\"machine\":{\"backend\":\"%s\",\"os\":\"%s %s\",\"cpus\":%ld,\"gpu\":\"%s\",\"date\":\"%s\",\"quick\":%d}",
+            o->gpu ? "cuda" : "host", u.sysname, u.release, cpus, gpu, date, o->quick);
+}
+
+/* ---- sections -------------------------------------------------------------------------- */
+
+static int cmd_latency(const opts_t *o) {
+  const size_t sizes[] = {4096, 1u << 20, 20u << 20, 1u << 30};
+  latency_t r[4];
+  int samples = o->quick ? 2000 : 20000;
+  printf("\n== latency: cached alloc+free pair (batches of 16; median and p99 over %d batches)\n", samples);
+  if (bench_latency(conf(o, NULL), sizes, 4, samples, r) != 0) return 1;
+  double async_ns[4] = {-1, -1, -1, -1};
+  printf("%12s %12s %12s", "size", "median ns", "p99 ns");
+  printf(o->gpu ? " %20s\n" : "\n", "cuMemAlloc+Free us");
+  jsection("latency");
+  for (int i = 0; i < 4; i++) {
+    printf("%12zu %12.1f %12.1f", r[i].size, r[i].median_ns, r[i].p99_ns);
+    if (o->gpu) {
+      double fr = 0, al = gpu_time_malloc_free(sizes[i], o->quick ? 8 : 32, &fr);
+      async_ns[i] = (al + fr) * 1e9;
+      printf(" %20.1f", (al + fr) * 1e6);
+    }
+    printf("\n");
+    jrec("\"size\":%zu,\"median_ns\":%.1f,\"p99_ns\":%.1f,\"cumemalloc_pair_ns\":%.1f", r[i].size, r[i].median_ns,
+         r[i].p99_ns, async_ns[i]);
+  }
+  return 0;
+}
+
+static int cmd_scale(const opts_t *o) {
+  size_t lives[] = {1000, 10000, 100000, 1000000};
+  int n = o->quick ? 3 : 4;
+  printf("\n== scale: operation time with N live blocks (sizes 512 B..8.5 KiB; median ns)\n");
+  printf("%10s %14s %16s\n", "live", "alloc+free", "free+alloc rand");
+  jsection("scale");
+  double base = 0;
+  for (int i = 0; i < n; i++) {
+    scale_t s;
+    if (bench_scale(conf(o, NULL), lives[i], o->quick ? 2000 : 10000, &s) != 0) return 1;
+    if (i == 0) base = s.pair_ns;
+    printf("%10zu %14.1f %16.1f   (%.2fx the 1k pair time)\n", s.live, s.pair_ns, s.churn_ns, s.pair_ns / base);
+    jrec("\"live\":%zu,\"pair_ns\":%.1f,\"churn_ns\":%.1f", s.live, s.pair_ns, s.churn_ns);
+  }
+  return 0;
+}
+
+static int cmd_growth(const opts_t *o) {
+  const size_t sizes[] = {2u << 20, (2u << 20) + 4096, 32u << 20, (32u << 20) + 12345, 512u << 20, 1u << 30};
+  int n = 6;
+  size_t total = o->gpu ? (size_t)8 << 30 : (size_t)(o->quick ? 2 : 8) << 30;
+  printf("\n== growth: new memory from an empty cache (%zu GiB per size; median per allocation)\n", total >> 30);
+  printf("%14s %8s %12s %10s", "size", "count", "median us", "GB/s");
+  printf(o->gpu ? " %14s %10s\n" : "\n", "cuMemAlloc us", "ratio");
+  jsection("growth");
+  for (int i = 0; i < n; i++) {
+    growth_t g;
+    if (bench_growth(conf(o, NULL), sizes[i], total, &g) != 0) return 1;
+    printf("%14zu %8d %12.1f %10.2f", g.size, g.count, g.median_us, g.gbps);
+    double cu = -1;
+    if (o->gpu) {
+      cu = gpu_time_malloc_free(sizes[i], 8, NULL) * 1e6;
+      printf(" %14.1f %10.2f", cu, g.median_us / cu);
+    }
+    printf("\n");
+    jrec("\"size\":%zu,\"count\":%d,\"median_us\":%.2f,\"gbps\":%.3f,\"cumemalloc_us\":%.2f", g.size, g.count,
+         g.median_us, g.gbps, cu);
+  }
+  return 0;
+}
+
+static int cmd_threads(const opts_t *o) {
+  printf("\n== threads: alloc+free throughput, each thread on its own stream, a quarter freed by another thread\n");
+  printf("%8s %14s\n", "threads", "Mops/s");
+  jsection("threads");
+  for (int t = 1; t <= 8; t *= 2) {
+    double mops;
+    if (bench_threads(conf(o, NULL), t, o->quick ? 20000 : 200000, &mops) != 0) return 1;
+    printf("%8d %14.2f\n", t, mops);
+    jrec("\"threads\":%d,\"mops\":%.3f", t, mops);
+  }
+  return 0;
+}
+
+static int list_traces(const char *dir, char ***out) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  char **v = NULL;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t l = strlen(e->d_name);
+    if (l < 7 || strcmp(e->d_name + l - 6, ".trace")) continue;
+    v = realloc(v, (size_t)(n + 1) * sizeof *v);
+    v[n] = malloc(strlen(dir) + l + 2);
+    sprintf(v[n], "%s/%s", dir, e->d_name);
+    n++;
+  }
+  closedir(d);
+  for (int i = 1; i < n; i++) /* sorted, for stable tables */
+    for (int j = i; j > 0 && strcmp(v[j - 1], v[j]) > 0; j--) {
+      char *x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  *out = v;
+  return n;
+}
 
 static int cmd_frag(const opts_t *o, int argc, char **argv) {
-  const char *modes[2][2] = {{"expandable", "expandable_segments:True"}, {"binned", "expandable_segments:False"}};
-  printf("%-18s %9s %8s | %-10s %9s %8s %8s\n", "trace", "events", "peak MiB", "mode", "budget", "overhead",
-         "replays");
-  for (int i = 0; i < argc; i++) {
+  char **files = argv;
+  int n = argc;
+  if (n == 0) n = list_traces(o->traces, &files);
+  if (n == 0) {
+    fprintf(stderr, "xseg-bench: no traces in %s (give --traces DIR or files)\n", o->traces);
+    return 1;
+  }
+  int kinds = o->gpu ? AK__COUNT : 2;
+  printf("\n== fragmentation: min-budget overhead = smallest budget that replays / peak live bytes (%s)\n",
+         o->gpu ? "GPU: the rest of device memory held by a filler" : "host backend: host_capacity_mb");
+  printf("%-18s %8s %9s", "trace", "events", "peak MiB");
+  for (int k = 0; k < kinds; k++) printf(" %16s", ak_names[k]);
+  printf(" %14s\n", "xseg ns/event");
+  jsection("frag");
+  for (int i = 0; i < n; i++) {
     trace_t t;
-    if (trace_load(argv[i], &t) != 0) return 1;
-    for (int m = 0; m < 2; m++) {
-      char conf[512];
-      snprintf(conf, sizeof conf, "%s%s%s", modes[m][1], o->extra ? "," : "", o->extra ? o->extra : "");
+    if (trace_load(files[i], &t) != 0) return 1;
+    printf("%-18s %8zu %9.0f", t.name, t.nev, (double)t.peak_live / (1 << 20));
+    fflush(stdout);
+    double ov[AK__COUNT];
+    for (int k = 0; k < kinds; k++) {
       int replays = 0;
-      double t0 = now_s();
-      size_t mb = min_budget_mb(&t, conf, 2, &replays);
-      double dt = now_s() - t0;
-      double peak_mb = (double)t.peak_live / (1 << 20);
-      printf("%-18s %9zu %8.0f | %-10s %9zu %8.4f %8d  (%.1fs)\n", t.name, t.nev, peak_mb, modes[m][0], mb,
-             mb ? (double)mb / peak_mb : 0.0, replays, dt);
+      size_t mb = min_budget_mb(&t, (alloc_kind_t)k, o->gpu, o->extra, 2, &replays);
+      ov[k] = mb ? (double)mb * (1 << 20) / (double)t.peak_live : 0;
+      printf(" %16.4f", ov[k]);
       fflush(stdout);
     }
+    /* Replay time per event from an empty cache, with room to spare. */
+    char c[1024];
+    snprintf(c, sizeof c, "%s", conf(o, o->gpu ? NULL : "host_capacity_mb:65536"));
+    replay_t r = replay_xseg(&t, c, 1);
+    double ns = r.seconds * 1e9 / (double)t.nev;
+    printf(" %14.0f\n", ns);
+    jrec("\"trace\":\"%s\",\"events\":%zu,\"peak_live\":%llu,\"xseg\":%.4f,\"xseg_binned\":%.4f,"
+         "\"cudaMalloc\":%.4f,\"cudaMallocAsync\":%.4f,\"replay_ns_per_event\":%.0f",
+         t.name, t.nev, (unsigned long long)t.peak_live, ov[0], ov[1], kinds > 2 ? ov[2] : -1, kinds > 3 ? ov[3] : -1, ns);
     trace_free(&t);
   }
   return 0;
@@ -37,10 +233,7 @@ static int cmd_replay(const opts_t *o, int argc, char **argv) {
   }
   trace_t t;
   if (trace_load(argv[0], &t) != 0) return 1;
-  char conf[512];
-  snprintf(conf, sizeof conf, "%s%s%s", o->host ? "backend:host,host_capacity_mb:65536" : "", o->extra && o->host ? "," : "",
-           o->extra ? o->extra : "");
-  if (xseg_init(conf) != 0) {
+  if (xseg_init(conf(o, o->gpu ? NULL : "host_capacity_mb:65536")) != 0) {
     fprintf(stderr, "%s\n", xseg_last_error());
     return 1;
   }
@@ -61,9 +254,13 @@ static int cmd_replay(const opts_t *o, int argc, char **argv) {
   printf("replayed %s: %zu events in %.3f s (%.0f ns/event), %zu failed allocations, peak live %.1f MiB\n", t.name,
          t.nev, dt, dt * 1e9 / (double)t.nev, fails, (double)t.peak_live / (1 << 20));
   xseg_print_summary(0, stdout);
-  static char json[1 << 16];
-  xseg_stats_json(0, json, sizeof json);
+  size_t need = xseg_stats_json(0, NULL, 0);
+  char *json = malloc(need + 1);
+  xseg_stats_json(0, json, need + 1);
+  jsection("replay");
+  jrec("\"trace\":\"%s\",\"stats\":%s", t.name, json);
   printf("%s\n", json);
+  free(json);
   for (size_t s = 0; s < t.nslots; s++)
     if (ptr[s]) xseg_free(ptr[s]);
   free(ptr);
@@ -74,38 +271,66 @@ static int cmd_replay(const opts_t *o, int argc, char **argv) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] COMMAND [ARGS]\n"
-          "  frag TRACE...   min-budget overhead by bisection (host backend)\n"
-          "  replay TRACE    replay a trace and print the statistics\n");
+          "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] [--traces DIR]\n"
+          "                  [all | latency | scale | growth | threads | frag [TRACE...] | replay TRACE]\n");
 }
 
 int main(int argc, char **argv) {
-  opts_t o = {1, 0, NULL, NULL};
+  opts_t o = {-1, 0, NULL, NULL, XSEG_TRACE_DIR};
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
-      o.host = !strcmp(argv[++i], "host");
+      i++;
+      if (strcmp(argv[i], "host") && strcmp(argv[i], "cuda")) {
+        usage();
+        return 2;
+      }
+      o.gpu = !strcmp(argv[i], "cuda");
     } else if (!strcmp(argv[i], "--quick")) {
       o.quick = 1;
     } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
       o.json = argv[++i];
     } else if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
       o.extra = argv[++i];
+    } else if (!strcmp(argv[i], "--traces") && i + 1 < argc) {
+      o.traces = argv[++i];
     } else {
       usage();
       return 2;
     }
   }
-  if (i >= argc) {
-    usage();
-    return 2;
+  const char *cmd = i < argc ? argv[i++] : "all";
+  if (o.gpu < 0) {
+    o.gpu = gpu_open() == 0; /* default: the GPU when one is there */
   }
-  const char *cmd = argv[i++];
-  if (!strcmp(cmd, "frag")) return cmd_frag(&o, argc - i, argv + i);
-  if (!strcmp(cmd, "replay")) return cmd_replay(&o, argc - i, argv + i);
-  usage();
-  return 2;
+  if (o.gpu && gpu_open() != 0) {
+    fprintf(stderr, "xseg-bench: no usable GPU for --backend cuda\n");
+    return 1;
+  }
+  if (o.json) {
+    jf = fopen(o.json, "w");
+    if (!jf) {
+      fprintf(stderr, "xseg-bench: cannot write %s\n", o.json);
+      return 1;
+    }
+    fputs("{", jf);
+  }
+  header(&o);
+  int rc = 0, all = !strcmp(cmd, "all");
+  if (all || !strcmp(cmd, "latency")) rc |= cmd_latency(&o);
+  if (all || !strcmp(cmd, "scale")) rc |= cmd_scale(&o);
+  if (all || !strcmp(cmd, "growth")) rc |= cmd_growth(&o);
+  if (all || !strcmp(cmd, "threads")) rc |= cmd_threads(&o);
+  if (all || !strcmp(cmd, "frag")) rc |= cmd_frag(&o, all ? 0 : argc - i, argv + i);
+  if (!strcmp(cmd, "replay")) rc |= cmd_replay(&o, argc - i, argv + i);
+  else if (!all && strcmp(cmd, "latency") && strcmp(cmd, "scale") && strcmp(cmd, "growth") &&
+           strcmp(cmd, "threads") && strcmp(cmd, "frag")) {
+    usage();
+    rc = 2;
+  }
+  if (jf) {
+    fputs(jsec_open ? "]}\n" : "}\n", jf);
+    fclose(jf);
+  }
+  return rc;
 }
-
-void json_begin(const char *section) { (void)section; }
-void json_end(void) {}

@@ -22,9 +22,9 @@
 
 static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-size_t xs_round_size(const xs_config_t *c, size_t size) {
+size_t xs_round_size(const xs_device_t *d, size_t size) {
   if (size == 0) size = 1; /* a unique minimal block, as malloc(0) */
-  size_t r = xs_config_roundup(c, size);
+  size_t r = d->roundup ? xs_config_roundup(d->cfg, size) : size;
   if (r == 0 || r > SIZE_MAX - (XS_ALIGN - 1)) return 0;
   return round_up(r, XS_ALIGN);
 }
@@ -40,6 +40,7 @@ int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *
   if (cfg->expandable && !d->phys.vmm && cfg->verbose)
     fprintf(stderr, "xseg: device %d does not support virtual memory management: using the binned pool\n", id);
   d->large_page = cfg->page_size ? round_up(cfg->page_size, d->phys.gran) : 0;
+  for (int i = 0; i < XS_ROUNDUP_BINS; i++) d->roundup |= cfg->roundup_div[i] > 1;
   if (xs_ptrmap_init(&d->live, 1024) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   d->trim_floor = 0;
   return 0;
@@ -241,14 +242,15 @@ int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
  * Binned segments have no pages to keep free: the low end. */
 uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
   if (d->mode != XS_MODE_EXPANDABLE || f->size == size) return f->addr;
-  size_t page = d->phys.gran;
+  const uintptr_t m = (uintptr_t)d->phys.gran - 1; /* a power of two */
   uintptr_t f0 = f->addr, f1 = xs_block_end(f);
-  /* Pages wholly inside f that [a, a+size) touches. */
-  uintptr_t in0 = (f0 + page - 1) / page * page, in1 = f1 / page * page;
-  uintptr_t l0 = f0 / page * page, l1 = (f0 + size + page - 1) / page * page;
-  uintptr_t r0 = (f1 - size) / page * page, r1 = (f1 + page - 1) / page * page;
-  size_t left = (l1 < in1 ? l1 : in1) > (l0 > in0 ? l0 : in0) ? ((l1 < in1 ? l1 : in1) - (l0 > in0 ? l0 : in0)) / page : 0;
-  size_t right = (r1 < in1 ? r1 : in1) > (r0 > in0 ? r0 : in0) ? ((r1 < in1 ? r1 : in1) - (r0 > in0 ? r0 : in0)) / page : 0;
+  /* Pages wholly inside f: [in0, in1).  Pages each end touches: [l0, l1)
+   * and [r0, r1).  Count the overlaps, in units of pages. */
+  uintptr_t in0 = (f0 + m) & ~m, in1 = f1 & ~m;
+  if (in1 <= in0) return f0; /* f holds no whole page: nothing to keep free */
+  uintptr_t l1 = (f0 + size + m) & ~m, r0 = (f1 - size) & ~m;
+  uintptr_t left = (l1 < in1 ? l1 : in1) > in0 ? (l1 < in1 ? l1 : in1) - in0 : 0;
+  uintptr_t right = in1 > (r0 > in0 ? r0 : in0) ? in1 - (r0 > in0 ? r0 : in0) : 0;
   return right < left ? f1 - size : f0;
 }
 
@@ -271,7 +273,7 @@ static void *oom(xs_device_t *d, size_t size, size_t rounded) {
 }
 
 void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
-  size_t rsize = xs_round_size(d->cfg, size);
+  size_t rsize = xs_round_size(d, size);
   if (rsize == 0) return oom(d, size, SIZE_MAX);
   if (d->npending) xs_process_events(d);
   xs_stream_t *st = xs_stream_get(d, s);

@@ -288,6 +288,11 @@ void *xseg_malloc(size_t size, int device, xseg_stream_t stream) {
   return p;
 }
 
+static int do_free(xs_device_t *d, xs_block_t *b, void *arg) {
+  (void)arg;
+  return xs_free(d, b); /* already out of the pointer map */
+}
+
 /* Find the live block of p on some device and run fn on it under that
  * device's lock; or explain why p is not a live pointer. */
 static int with_live_block(void *ptr, const char *what, int (*fn)(xs_device_t *, xs_block_t *, void *),
@@ -298,7 +303,8 @@ static int with_live_block(void *ptr, const char *what, int (*fn)(xs_device_t *,
     xs_device_t *d = &g_devs[i];
     if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE)) continue;
     pthread_mutex_lock(&d->lock);
-    xs_block_t *b = xs_find_live(d, p);
+    /* A free takes the block out of the map in the same probe. */
+    xs_block_t *b = fn == do_free ? xs_ptrmap_take(&d->live, p) : xs_find_live(d, p);
     int rc = b ? fn(d, b, arg) : -1;
     if (b) debug_check(d);
     pthread_mutex_unlock(&d->lock);
@@ -315,11 +321,6 @@ static int with_live_block(void *ptr, const char *what, int (*fn)(xs_device_t *,
   return xs_error(XSEG_EINVAL, "xseg: %s(%p): not a pointer returned by xseg_malloc", what, ptr);
 }
 
-static int do_free(xs_device_t *d, xs_block_t *b, void *arg) {
-  (void)arg;
-  xs_ptrmap_take(&d->live, b->addr);
-  return xs_free(d, b);
-}
 
 int xseg_free(void *ptr) {
   if (!ptr) return 0;

@@ -358,8 +358,9 @@ xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   uintptr_t end = addr + size;
   uintptr_t ends[2] = {addr, end - 1};
   (void)d;
+  int shift = __builtin_ctzll((unsigned long long)page);
   for (int i = 0; i < 2; i++) {
-    xs_chunk_t *c = seg->pages[(ends[i] - seg->base) / page];
+    xs_chunk_t *c = seg->pages[(ends[i] - seg->base) >> shift];
     if (c && c->size > page && (c->addr < addr || c->addr + c->size > end)) {
       xs_assert_internal(c->addr >= f->addr && c->addr + c->size <= xs_block_end(f));
       return c;

@@ -271,6 +271,7 @@ struct xs_device_s {
   int trim_wanted;             /* a trim left blocks behind a fence: retry when it completes */
   size_t trim_floor;           /* free_mapped after the last trim: retry only above it */
   size_t large_page;           /* page_size_mb in bytes (0: adaptive) */
+  int roundup;                 /* roundup_power2_divisions is set */
   xs_stats_t stats;
 };
 
@@ -284,7 +285,7 @@ int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what);
 int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s);
 int xs_empty_cache(xs_device_t *d);
 void xs_process_events(xs_device_t *d);
-size_t xs_round_size(const xs_config_t *c, size_t size); /* 0 on overflow */
+size_t xs_round_size(const xs_device_t *d, size_t size); /* 0 on overflow */
 uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size);
 xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s);
 
