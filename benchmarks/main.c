@@ -3,8 +3,8 @@
  *   xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...]
  *              [--traces DIR] [COMMAND [ARGS]]
  *
- * COMMAND is all (the default), latency, scale, growth, threads, frag
- * [TRACE...], or replay TRACE.  Every section prints a table to stdout and,
+ * COMMAND is all (the default), micro (latency, scale, growth, threads),
+ * latency, scale, growth, threads, frag [TRACE...], or replay TRACE.  Every section prints a table to stdout and,
  * with --json, a record per row into one JSON object keyed by section.
  */
 #include <dirent.h>
@@ -272,7 +272,8 @@ static int cmd_replay(const opts_t *o, int argc, char **argv) {
 static void usage(void) {
   fprintf(stderr,
           "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] [--traces DIR]\n"
-          "                  [all | latency | scale | growth | threads | frag [TRACE...] | replay TRACE]\n");
+          "                  [all | micro | latency | scale | growth | threads | frag [TRACE...] | replay TRACE]\n"
+          "  all (default): every section; micro: latency, scale, growth and threads\n");
 }
 
 int main(int argc, char **argv) {
@@ -316,15 +317,15 @@ int main(int argc, char **argv) {
     fputs("{", jf);
   }
   header(&o);
-  int rc = 0, all = !strcmp(cmd, "all");
-  if (all || !strcmp(cmd, "latency")) rc |= cmd_latency(&o);
-  if (all || !strcmp(cmd, "scale")) rc |= cmd_scale(&o);
-  if (all || !strcmp(cmd, "growth")) rc |= cmd_growth(&o);
-  if (all || !strcmp(cmd, "threads")) rc |= cmd_threads(&o);
+  int rc = 0, all = !strcmp(cmd, "all"), micro = all || !strcmp(cmd, "micro");
+  int known = micro || !strcmp(cmd, "frag") || !strcmp(cmd, "replay");
+  if (micro || !strcmp(cmd, "latency")) rc |= cmd_latency(&o), known = 1;
+  if (micro || !strcmp(cmd, "scale")) rc |= cmd_scale(&o), known = 1;
+  if (micro || !strcmp(cmd, "growth")) rc |= cmd_growth(&o), known = 1;
+  if (micro || !strcmp(cmd, "threads")) rc |= cmd_threads(&o), known = 1;
   if (all || !strcmp(cmd, "frag")) rc |= cmd_frag(&o, all ? 0 : argc - i, argv + i);
   if (!strcmp(cmd, "replay")) rc |= cmd_replay(&o, argc - i, argv + i);
-  else if (!all && strcmp(cmd, "latency") && strcmp(cmd, "scale") && strcmp(cmd, "growth") &&
-           strcmp(cmd, "threads") && strcmp(cmd, "frag")) {
+  if (!known) {
     usage();
     rc = 2;
   }

@@ -32,7 +32,16 @@
   X(MemcpyDtoH, cuMemcpyDtoH_v2)                      \
   X(MemcpyHtoD, cuMemcpyHtoD_v2)                      \
   X(StreamCreate, cuStreamCreate)                     \
-  X(StreamDestroy, cuStreamDestroy_v2)
+  X(StreamDestroy, cuStreamDestroy_v2)                \
+  X(StreamSynchronize, cuStreamSynchronize)           \
+  X(MemsetD32, cuMemsetD32_v2)                        \
+  X(MemsetD8Async, cuMemsetD8Async)                   \
+  X(MemcpyDtoD, cuMemcpyDtoD_v2)                      \
+  X(MemGetInfo, cuMemGetInfo_v2)                      \
+  X(CtxPushCurrent, cuCtxPushCurrent_v2)              \
+  X(CtxPopCurrent, cuCtxPopCurrent_v2)               \
+  X(MemAlloc, cuMemAlloc_v2)                          \
+  X(MemFree, cuMemFree_v2)
 
 #define GPU_DECLARE(field, sym) __typeof__(&sym) field;
 static struct {

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
+# in one call.  Results and logs go to $OUT (default ./gpu-out).
+#
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [quick]
+#
+#   tests  the ctest suite: GPU tests (label gpu) and the host tests
+#   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
+#   frag   min-budget overhead on every shipped trace: xseg, xseg binned,
+#          cuMemAlloc (cudaMalloc) and cuMemAllocAsync (cudaMallocAsync)
+#   torch  PyTorch training and inference under native, expandable and xseg
+#   quick  smaller benchmark runs
+# With no argument: tests and bench.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+want() { [[ " $* " == *" all "* ]] || [[ " $ARGS " == *" $1 "* ]]; }
+ARGS="${*:-tests bench}"
+quick=""
+[[ " $ARGS " == *" quick "* ]] && quick="--quick"
+rc=0
+log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+
+log "machine"
+date -u +"%Y-%m-%d %H:%M UTC"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+nproc; uname -r
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null | tee -a "$OUT/gpu.txt"
+
+log "build"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXSEG_WERROR=ON >"$OUT/cmake.log" 2>&1 &&
+  cmake --build build-gpu -j"$(nproc)" >>"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+echo "built"
+
+if want tests; then
+  log "tests"
+  ctest --test-dir build-gpu --output-on-failure -j4 -LE gpu 2>&1 | tail -6 | tee "$OUT/ctest-host.txt"
+  ctest --test-dir build-gpu --output-on-failure -V -L gpu 2>&1 | tee "$OUT/ctest-gpu.txt" |
+    grep -E "^[0-9]+: (ok|FAIL|skip|  )|checks|tests passed|Passed|Failed|Skipped" || true
+  grep -q "100% tests passed" "$OUT/ctest-gpu.txt" || rc=1
+fi
+
+if want bench; then
+  log "xseg-bench (GPU)"
+  ./build-gpu/benchmarks/xseg-bench --backend cuda $quick --json "$OUT/bench-gpu.json" micro 2>&1 |
+    tee "$OUT/bench-gpu.txt" || rc=1
+fi
+
+if want frag; then
+  log "fragmentation (GPU)"
+  ./build-gpu/benchmarks/xseg-bench --backend cuda --json "$OUT/frag-gpu.json" frag 2>&1 | tee "$OUT/frag-gpu.txt" || rc=1
+fi
+
+if want torch; then
+  log "PyTorch"
+  export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+  python3 test/gpu/torch_compare.py --out "$OUT" 2>&1 | tee "$OUT/torch.txt" || rc=1
+fi
+
+log "done (rc=$rc)"
+exit $rc

@@ -1,0 +1,260 @@
+/* test_gpu_alloc.c: the allocator through the CUDA backend on a real GPU.
+ *
+ * The integrity tests of test/test_alloc.c, with device memory written by
+ * the driver (cuMemsetD32) and read back (cuMemcpyDtoH): every live block
+ * carries its own 32-bit pattern, checked before its free and after every
+ * grow, shrink or remap; a memory cap (max_memory_mb) forces the remap path
+ * with real cuMemUnmap/cuMemMap calls, and remapped blocks are written and
+ * read in full.  Also: real streams with record_stream, empty_cache giving
+ * the memory back to the driver, and - where there are two GPUs - peer
+ * access to pages mapped before and after it was enabled.
+ */
+#include <stdlib.h>
+
+#include "gpu_util.h"
+#include "xseg.h"
+
+#define MiB ((size_t)1 << 20)
+
+static long long stat_of(const char *path) {
+  static char buf[1 << 16];
+  if (xseg_stats_json(0, buf, sizeof buf) >= sizeof buf) return -1;
+  const char *p = buf;
+  char key[128];
+  const char *s = path;
+  while (*s) {
+    const char *dot = strchr(s, '.');
+    size_t n = dot ? (size_t)(dot - s) : strlen(s);
+    snprintf(key, sizeof key, "\"%.*s\":", (int)n, s);
+    if (!(p = strstr(p, key))) return -1;
+    p += strlen(key);
+    s += n + (dot ? 1 : 0);
+  }
+  return strtoll(p, NULL, 10);
+}
+
+static uint32_t *host; /* read-back buffer */
+
+/* Fill the block with its tag (32-bit words); the tail bytes with 0x5a. */
+static void fill(void *p, size_t n, uint32_t tag) {
+  if (n >= 4) GPU_CHECK(gpu.MemsetD32((CUdeviceptr)p, tag, n / 4));
+  if (n % 4) GPU_CHECK(gpu.MemsetD8((CUdeviceptr)p + n / 4 * 4, 0x5a, n % 4));
+}
+
+/* Check every byte of [p, p+n), in 64 MiB pieces. */
+static int verify(void *p, size_t n, uint32_t tag) {
+  size_t done = 0;
+  while (done < n) {
+    size_t k = n - done < 64 * MiB ? n - done : 64 * MiB;
+    if (gpu.MemcpyDtoH(host, (CUdeviceptr)p + done, k) != CUDA_SUCCESS) return 0;
+    size_t words = k / 4;
+    for (size_t i = 0; i < words; i++)
+      if (host[i] != tag) return 0;
+    const unsigned char *t = (const unsigned char *)(host + words);
+    if (done + k == n)
+      for (size_t i = 0; i < k % 4; i++)
+        if (t[i] != 0x5a) return 0;
+    done += k;
+  }
+  return 1;
+}
+
+typedef struct live_s {
+  void *p;
+  size_t n;
+  uint32_t tag;
+} live_t;
+
+static uint64_t rng;
+static uint64_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static void integrity(const char *mode) {
+  char conf[256];
+  snprintf(conf, sizeof conf, "backend:cuda,%s,max_memory_mb:512", mode);
+  XT_REQUIRE(xseg_init(conf) == 0);
+  static live_t v[1024];
+  int n = 0, ooms = 0;
+  uint32_t tag = 1;
+  rng = 0xC0FFEE;
+  long long last = -1;
+  for (int step = 0; step < 1500 && !xt_failures; step++) {
+    int op = (int)(rnd() % 100);
+    if (op < 55 && n < 1024) {
+      size_t sz;
+      switch (rnd() % 3) {
+      case 0: sz = 1 + rnd() % (64 * 1024); break;
+      case 1: sz = 1 + rnd() % (2 * MiB); break;
+      default: sz = 1 + rnd() % (48 * MiB); break;
+      }
+      void *p = xseg_malloc(sz, 0, NULL);
+      if (!p) {
+        XT_CHECK_EQ(xseg_last_error_code(), XSEG_ENOMEM);
+        ooms++;
+        continue;
+      }
+      fill(p, sz, tag);
+      v[n++] = (live_t){p, sz, tag++};
+    } else if (op < 97 && n > 0) {
+      int i = (int)(rnd() % (uint64_t)n);
+      XT_CHECK_MSG(verify(v[i].p, v[i].n, v[i].tag), "block %p (%zu bytes) lost its pattern", v[i].p, v[i].n);
+      XT_CHECK_EQ(xseg_free(v[i].p), 0);
+      v[i] = v[--n];
+    } else {
+      XT_CHECK_EQ(xseg_empty_cache(0), 0);
+    }
+    long long moves = stat_of("num_map") + stat_of("num_unmap");
+    if (moves != last) { /* after every grow, shrink or remap */
+      GPU_CHECK(gpu.CtxSynchronize());
+      for (int i = 0; i < n; i++)
+        XT_CHECK_MSG(verify(v[i].p, v[i].n, v[i].tag), "block %p lost its pattern after a map/unmap", v[i].p);
+      last = moves;
+    }
+    if (step % 25 == 0) XT_CHECK_MSG(xseg_check_heap(0) == 0, "%s", xseg_last_error());
+  }
+  printf("  %s: %lld maps, %lld unmaps, %lld remapped MiB, %d OOMs at the 512 MiB cap\n", mode, stat_of("num_map"),
+         stat_of("num_unmap"), stat_of("remapped_bytes") >> 20, ooms);
+  for (int i = 0; i < n; i++) XT_CHECK_EQ(xseg_free(v[i].p), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  XT_CHECK_EQ(stat_of("held_bytes.current"), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(integrity_expandable) { integrity("expandable_segments:True"); }
+XT_TEST(integrity_binned) { integrity("expandable_segments:False"); }
+
+/* Fill 64 MiB with 2 MiB blocks, free every other, ask for 30 MiB: served
+ * by moving the freed pages' handles, and every byte of it is usable. */
+XT_TEST(remap_touches_every_byte) {
+  XT_REQUIRE(xseg_init("backend:cuda,max_memory_mb:64") == 0);
+  live_t v[32];
+  for (int i = 0; i < 32; i++) {
+    v[i].p = xseg_malloc(2 * MiB, 0, NULL);
+    XT_REQUIRE(v[i].p != NULL);
+    v[i].n = 2 * MiB;
+    v[i].tag = 0x1000u + (uint32_t)i;
+    fill(v[i].p, v[i].n, v[i].tag);
+  }
+  XT_CHECK(xseg_malloc(2 * MiB, 0, NULL) == NULL);
+  for (int i = 1; i < 32; i += 2) XT_CHECK_EQ(xseg_free(v[i].p), 0);
+  void *big = xseg_malloc(30 * MiB, 0, NULL);
+  XT_REQUIRE(big != NULL);
+  XT_CHECK(stat_of("remapped_bytes") >= (long long)(30 * MiB));
+  fill(big, 30 * MiB, 0xB16B00B5u);
+  GPU_CHECK(gpu.CtxSynchronize());
+  XT_CHECK(verify(big, 30 * MiB, 0xB16B00B5u));
+  for (int i = 0; i < 32; i += 2) XT_CHECK(verify(v[i].p, v[i].n, v[i].tag));
+  XT_CHECK_EQ(xseg_check_heap(0), 0);
+  printf("  remapped %lld MiB in %lld moves, %lld creates\n", stat_of("remapped_bytes") >> 20, stat_of("num_remaps"),
+         stat_of("num_device_alloc"));
+  XT_CHECK_EQ(xseg_free(big), 0);
+  for (int i = 0; i < 32; i += 2) XT_CHECK_EQ(xseg_free(v[i].p), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+/* Real streams: a block used on a second stream is not reused before that
+ * stream's work is done, and nothing is lost. */
+XT_TEST(streams_and_record_stream) {
+  XT_REQUIRE(xseg_init("backend:cuda") == 0);
+  CUstream s1, s2;
+  GPU_CHECK(gpu.StreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  GPU_CHECK(gpu.StreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  for (int round = 0; round < 50; round++) {
+    void *a = xseg_malloc(8 * MiB, 0, (xseg_stream_t)s1);
+    XT_REQUIRE(a != NULL);
+    GPU_CHECK(gpu.MemsetD8Async((CUdeviceptr)a, (unsigned char)round, 8 * MiB, s2));
+    XT_CHECK_EQ(xseg_record_stream(a, (xseg_stream_t)s2), 0);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    void *b = xseg_malloc(8 * MiB, 0, (xseg_stream_t)s1);
+    XT_REQUIRE(b != NULL);
+    XT_CHECK_EQ(xseg_free(b), 0);
+  }
+  GPU_CHECK(gpu.StreamSynchronize(s2));
+  void *c = xseg_malloc(4096, 0, (xseg_stream_t)s1); /* processes the completed events */
+  XT_CHECK_EQ(xseg_free(c), 0);
+  XT_CHECK_EQ(stat_of("pending_frees.current"), 0);
+  XT_CHECK_EQ(xseg_check_heap(0), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+  gpu.StreamDestroy(s1);
+  gpu.StreamDestroy(s2);
+}
+
+/* empty_cache gives the memory back to the driver. */
+XT_TEST(empty_cache_returns_memory) {
+  size_t free0, free1, free2, total;
+  XT_REQUIRE(xseg_init("backend:cuda") == 0);
+  GPU_CHECK(gpu.MemGetInfo(&free0, &total));
+  void *p[8];
+  for (int i = 0; i < 8; i++) XT_REQUIRE((p[i] = xseg_malloc(256 * MiB, 0, NULL)) != NULL);
+  GPU_CHECK(gpu.MemGetInfo(&free1, &total));
+  XT_CHECK(free0 - free1 >= 2048 * MiB);
+  for (int i = 0; i < 8; i++) XT_CHECK_EQ(xseg_free(p[i]), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  GPU_CHECK(gpu.MemGetInfo(&free2, &total));
+  XT_CHECK_MSG(free2 + 64 * MiB >= free0, "free %zu MiB before, %zu MiB after empty_cache", free0 >> 20, free2 >> 20);
+  XT_CHECK_EQ(stat_of("handles_live.current"), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+/* Two GPUs: memory of GPU 0 written and read from GPU 1, for pages mapped
+ * before peer access was enabled and after. */
+XT_TEST(peer_access) {
+  int n = 0;
+  if (gpu.DeviceGetCount(&n) != CUDA_SUCCESS || n < 2) {
+    printf("  peer access: %d GPU(s), needs 2: not run\n", n);
+    return;
+  }
+  XT_REQUIRE(xseg_init("backend:cuda") == 0);
+  void *bufs[2];
+  size_t sizes[2] = {64 * MiB, 96 * MiB};
+  XT_REQUIRE((bufs[0] = xseg_malloc(sizes[0], 0, NULL)) != NULL);
+  XT_REQUIRE(xseg_enable_peer_access(0, 1) == 0);
+  XT_REQUIRE((bufs[1] = xseg_malloc(sizes[1], 0, NULL)) != NULL);
+  CUdevice d1;
+  CUcontext c1, popped;
+  GPU_CHECK(gpu.DeviceGet(&d1, 1));
+  GPU_CHECK(gpu.DevicePrimaryCtxRetain(&c1, d1));
+  for (int k = 0; k < 2; k++) {
+    uint32_t a = 0xAB00u + (unsigned)k, b = 0xCD00u + (unsigned)k;
+    /* GPU 1 writes GPU 0's memory ... */
+    GPU_CHECK(gpu.CtxPushCurrent(c1));
+    GPU_CHECK(gpu.MemsetD32((CUdeviceptr)bufs[k], a, sizes[k] / 4));
+    GPU_CHECK(gpu.CtxSynchronize());
+    GPU_CHECK(gpu.CtxPopCurrent(&popped));
+    /* ... GPU 0 sees it, writes it again ... */
+    XT_CHECK(verify(bufs[k], sizes[k], a));
+    fill(bufs[k], sizes[k], b);
+    GPU_CHECK(gpu.CtxSynchronize());
+    /* ... and GPU 1 reads it into its own memory. */
+    CUdeviceptr tmp = 0;
+    GPU_CHECK(gpu.CtxPushCurrent(c1));
+    GPU_CHECK(gpu.MemAlloc(&tmp, sizes[k]));
+    GPU_CHECK(gpu.MemcpyDtoD(tmp, (CUdeviceptr)bufs[k], sizes[k]));
+    GPU_CHECK(gpu.CtxSynchronize());
+    XT_CHECK(verify((void *)tmp, sizes[k], b));
+    GPU_CHECK(gpu.MemFree(tmp));
+    GPU_CHECK(gpu.CtxPopCurrent(&popped));
+  }
+  printf("  peer access: GPU 1 wrote and read GPU 0's memory mapped before and after enabling it\n");
+  XT_CHECK_EQ(xseg_free(bufs[0]), 0);
+  XT_CHECK_EQ(xseg_free(bufs[1]), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+int main(void) {
+  int rc = gpu_open(0);
+  if (rc != 0) return rc;
+  host = malloc(64 * MiB);
+  XT_RUN(integrity_expandable);
+  XT_RUN(integrity_binned);
+  XT_RUN(remap_touches_every_byte);
+  XT_RUN(streams_and_record_stream);
+  XT_RUN(empty_cache_returns_memory);
+  XT_RUN(peer_access);
+  free(host);
+  return XT_DONE();
+}

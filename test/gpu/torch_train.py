@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""torch_train.py: a small GPT-2 under one CUDA allocator, for comparing allocators.
+
+    python3 torch_train.py --allocator native|expandable|xseg [--mode train|infer] [--steps N]
+
+The model is transformers' GPT2LMHeadModel with random weights (6 layers,
+512 wide, 8 heads, vocabulary 8192, 1024 positions).  Everything is seeded
+and torch.use_deterministic_algorithms(True) is on, so two runs that differ
+only in the allocator must produce bit-identical losses (train) or
+generated tokens (infer).  Batch size and sequence length change every step
+following a fixed seeded schedule, which gives the allocator a mix of sizes.
+
+  train: AdamW, batch in {4, 8, 16}, sequence in {128, 256, 512, 1024}.
+  infer: torch.no_grad(); per step, a prompt of 64..992 tokens (batch 1..16)
+         is prefilled and 32 tokens are decoded greedily, one at a time,
+         with past_key_values (use_cache=True); no model.generate().
+
+Allocators:
+  native      PyTorch's default caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
+  expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  xseg        xseg.torch.enable() before any CUDA tensor; the library comes from
+              XSEG_LIBRARY and the python package from PYTHONPATH=<repo>/python;
+              --xseg-conf (or XSEG_ALLOC_CONF) configures it.
+
+Memory is measured from outside the allocator: a background thread polls
+NVML's used memory (pynvml.nvmlDeviceGetMemoryInfo(handle).used) and
+torch.cuda.mem_get_info() every millisecond; both are reported as the
+increase over the value measured after CUDA initialisation and before the
+model is built.  Step times are taken with torch.cuda.synchronize() on both
+sides of each step; the median leaves out the first 3 (warm-up) steps.
+
+Prints exactly one JSON line on stdout, at the end; everything else goes to
+stderr.
+"""
+
+import os
+import sys
+
+# ---- environment that must be set before torch is imported ----------------
+
+
+def _argv_value(flag, default):
+    argv = sys.argv[1:]
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return default
+
+
+_ALLOCATOR = _argv_value("--allocator", "native")
+
+# cuBLAS needs a fixed workspace configuration to be deterministic.
+os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+# The PyTorch allocator's configuration must be in place before torch
+# initialises CUDA; clear any inherited setting so each allocator runs as named.
+for _name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+    os.environ.pop(_name, None)
+if _ALLOCATOR == "expandable":
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+import torch  # noqa: E402
+
+MiB = 1 << 20
+
+TRAIN_BATCHES = (4, 8, 16)
+TRAIN_SEQS = (128, 256, 512, 1024)
+INFER_BATCHES = (1, 4, 8, 16)
+INFER_PROMPTS = (64, 128, 256, 384, 512, 768, 992)
+WARMUP_STEPS = 3
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--allocator", choices=("native", "expandable", "xseg"), default="native")
+    p.add_argument("--mode", choices=("train", "infer"), default="train")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per prompt in infer mode")
+    p.add_argument("--attn", default="eager",
+                   help="transformers attention implementation (eager is deterministic in backward)")
+    p.add_argument("--xseg-conf", default=None,
+                   help="XSEG_ALLOC_CONF string for xseg.torch.enable() (default: the environment)")
+    p.add_argument("--poll-ms", type=float, default=1.0, help="memory polling interval")
+    p.add_argument("--summary", action="store_true", help="print xseg's summary to stderr at the end")
+    args = p.parse_args()
+    if args.steps < 1:
+        p.error("--steps must be >= 1")
+    return args
+
+
+# ---- memory measurement ----------------------------------------------------
+
+
+def nvml_handle(device_index):
+    """An NVML handle for the CUDA device, or (None, reason)."""
+    try:
+        import pynvml
+    except ImportError as e:
+        return None, None, "pynvml not importable: %s" % e
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # NVML errors are pynvml.NVMLError
+        return None, None, "nvmlInit failed: %s" % e
+    # Match by UUID, which is independent of CUDA_VISIBLE_DEVICES and
+    # CUDA_DEVICE_ORDER; fall back to the visible-devices list, then index 0.
+    want = None
+    try:
+        want = str(torch.cuda.get_device_properties(device_index).uuid).lower()
+    except Exception:
+        pass
+    if want:
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                u = pynvml.nvmlDeviceGetUUID(h)
+                if isinstance(u, bytes):
+                    u = u.decode()
+                u = u.lower()
+                for prefix in ("gpu-", "mig-"):
+                    if u.startswith(prefix):
+                        u = u[len(prefix):]
+                if u == want:
+                    return pynvml, h, "matched by uuid"
+        except Exception:
+            pass
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    items = [v.strip() for v in vis.split(",") if v.strip()]
+    try:
+        if device_index < len(items) and items[device_index].isdigit():
+            return pynvml, pynvml.nvmlDeviceGetHandleByIndex(int(items[device_index])), "CUDA_VISIBLE_DEVICES"
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(device_index), "index"
+    except Exception as e:
+        return None, None, "no NVML handle: %s" % e
+
+
+class MemorySampler(threading.Thread):
+    """Polls NVML used memory and cudaMemGetInfo's free memory; keeps extremes."""
+
+    def __init__(self, pynvml, handle, device_index, interval_s):
+        super().__init__(name="mem-sampler", daemon=True)
+        self.pynvml = pynvml
+        self.handle = handle
+        self.device_index = device_index
+        self.interval_s = interval_s
+        self.stop_event = threading.Event()
+        self.max_used = 0
+        self.min_free = None
+        self.nvml_samples = 0
+        self.meminfo_samples = 0
+        self.error = None
+
+    def sample(self):
+        if self.handle is not None:
+            used = self.pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+            if used > self.max_used:
+                self.max_used = used
+            self.nvml_samples += 1
+        free, _total = torch.cuda.mem_get_info(self.device_index)
+        if self.min_free is None or free < self.min_free:
+            self.min_free = free
+        self.meminfo_samples += 1
+
+    def run(self):
+        try:
+            while not self.stop_event.is_set():
+                self.sample()
+                time.sleep(self.interval_s)
+        except Exception as e:  # never kill the run for a measurement
+            self.error = repr(e)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(timeout=10)
+        try:
+            self.sample()  # one last sample after the run
+        except Exception:
+            pass
+
+
+# ---- the workloads -----------------------------------------------------------
+
+
+def make_schedule(mode, steps, seed, new_tokens, n_positions):
+    rng = random.Random(seed)
+    if mode == "train":
+        return [(rng.choice(TRAIN_BATCHES), rng.choice(TRAIN_SEQS)) for _ in range(steps)]
+    prompts = [p for p in INFER_PROMPTS if p + new_tokens <= n_positions]
+    return [(rng.choice(INFER_BATCHES), rng.choice(prompts)) for _ in range(steps)]
+
+
+def build_model(args, transformers):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=8192,
+        n_positions=1024,
+        n_embd=512,
+        n_layer=6,
+        n_head=8,
+        attn_implementation=args.attn,
+    )
+    torch.manual_seed(args.seed)
+    model = GPT2LMHeadModel(config)
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != args.attn and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(args.attn)
+        impl = getattr(model.config, "_attn_implementation", None)
+    return model, config, impl
+
+
+def token_checksum(tokens):
+    """Position-weighted sum of token ids, exact in Python ints."""
+    flat = tokens.reshape(-1).tolist()
+    return sum((i + 1) * int(t) for i, t in enumerate(flat)) % (1 << 61)
+
+
+def run_train(model, schedule, args, device, vocab):
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, foreach=True)
+    model.train()
+    gen = torch.Generator(device="cpu")
+    losses, times = [], []
+    for step, (batch, seq) in enumerate(schedule):
+        gen.manual_seed(args.seed * 1000003 + step)
+        x_cpu = torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long)
+        x = x_cpu.to(device)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model(input_ids=x, labels=x)
+        loss = out.loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        losses.append(float(loss.detach().item()))
+        times.append((t1 - t0) * 1000.0)
+        del out, loss, x
+        log("train step %d batch %d seq %d loss %.6f %.1f ms" % (step, batch, seq, losses[-1], times[-1]))
+    return {"losses": losses}, times, opt
+
+
+def run_infer(model, schedule, args, device, vocab):
+    model.eval()
+    gen = torch.Generator(device="cpu")
+    checksums, times = [], []
+    with torch.no_grad():
+        for step, (batch, prompt_len) in enumerate(schedule):
+            gen.manual_seed(args.seed * 1000003 + step)
+            p_cpu = torch.randint(0, vocab, (batch, prompt_len), generator=gen, dtype=torch.long)
+            prompt = p_cpu.to(device)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model(input_ids=prompt, use_cache=True)
+            past = out.past_key_values
+            nxt = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+            generated = [nxt]
+            del out
+            for _ in range(args.new_tokens - 1):
+                out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                nxt = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+                generated.append(nxt)
+                del out
+            tokens = torch.cat(generated, dim=1)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            checksums.append(token_checksum(tokens.cpu()))
+            times.append((t1 - t0) * 1000.0)
+            del past, nxt, generated, tokens, prompt
+            log("infer step %d batch %d prompt %d checksum %d %.1f ms"
+                % (step, batch, prompt_len, checksums[-1], times[-1]))
+    return {"checksums": checksums}, times, None
+
+
+# ---- allocator statistics ------------------------------------------------------
+
+
+def xseg_report(device_index, errors):
+    import xseg
+
+    rep = {"library": xseg.library_path(), "version": xseg.version()}
+    try:
+        s = xseg.stats(device_index)
+        rep["allocated_bytes_peak"] = s["allocated_bytes"]["all"]["peak"]
+        rep["reserved_bytes_peak"] = s["reserved_bytes"]["all"]["peak"]
+        rep["allocated_bytes_current"] = s["allocated_bytes"]["all"]["current"]
+        rep["num_ooms"] = s.get("num_ooms")
+        rep["num_alloc_retries"] = s.get("num_alloc_retries")
+        for key in ("mapped_bytes", "held_bytes", "reserved_address_bytes", "handles_live", "handles_cached"):
+            if isinstance(s.get(key), dict):
+                rep[key + "_peak"] = s[key].get("peak")
+        for key in ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access",
+                    "time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_ns",
+                    "time_set_access_ns", "remapped_bytes", "num_remaps", "num_conversions",
+                    "external_fragmentation", "utilization", "rounding_waste_bytes", "mode", "granularity"):
+            if key in s:
+                rep[key] = s[key]
+    except Exception as e:
+        errors.append("xseg.stats: %r" % (e,))
+    try:
+        rep["check_heap"] = bool(xseg.check_heap())
+        rep["check_heap_error"] = None
+    except Exception as e:
+        rep["check_heap"] = False
+        rep["check_heap_error"] = str(e)
+    return rep
+
+
+def torch_allocator_report(device_index):
+    rep = {}
+    try:
+        st = torch.cuda.memory_stats(device_index)
+        rep["allocated_bytes_peak"] = st.get("allocated_bytes.all.peak")
+        rep["reserved_bytes_peak"] = st.get("reserved_bytes.all.peak")
+        rep["num_ooms"] = st.get("num_ooms")
+        rep["num_alloc_retries"] = st.get("num_alloc_retries")
+        rep["num_device_alloc"] = st.get("num_device_alloc")
+        rep["num_device_free"] = st.get("num_device_free")
+    except Exception as e:
+        rep["error"] = repr(e)
+    try:
+        segs = torch.cuda.memory_snapshot()
+        rep["segments"] = len(segs)
+        rep["expandable_segments_in_use"] = any(bool(s.get("is_expandable")) for s in segs)
+    except Exception as e:
+        rep["snapshot_error"] = repr(e)
+    return rep
+
+
+# ---- main ----------------------------------------------------------------------
+
+
+def main():
+    args = parse_args()
+    result = {"allocator": args.allocator, "mode": args.mode, "steps": args.steps, "seed": args.seed}
+    errors = []
+    wall0 = time.perf_counter()
+
+    if args.allocator == "xseg":
+        # Before anything creates a CUDA tensor or initialises CUDA.
+        import xseg.torch
+
+        xseg.torch.enable(args.xseg_conf)
+        result["xseg_conf"] = args.xseg_conf if args.xseg_conf is not None else os.environ.get("XSEG_ALLOC_CONF", "")
+
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_train.py: CUDA is not available")
+
+    import transformers  # after enable(): nothing of transformers may touch CUDA first
+
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False  # (TF32 for matmul is off by default)
+    sys.setswitchinterval(0.0005)  # let the sampler thread in often
+
+    device_index = 0
+    torch.cuda.set_device(device_index)
+    device = torch.device("cuda", device_index)
+    # Create the context now, so the baseline includes it.
+    free0, total = torch.cuda.mem_get_info(device_index)
+
+    pynvml, handle, how = nvml_handle(device_index)
+    result["nvml"] = how
+    torch.cuda.synchronize()
+    used0 = pynvml.nvmlDeviceGetMemoryInfo(handle).used if handle is not None else None
+    free0, total = torch.cuda.mem_get_info(device_index)
+
+    sampler = MemorySampler(pynvml, handle, device_index, args.poll_ms / 1000.0)
+    sampler.start()
+
+    model, config, impl = build_model(args, transformers)
+    model.to(device)
+    schedule = make_schedule(args.mode, args.steps, args.seed, args.new_tokens, config.n_positions)
+    if args.mode == "train":
+        values, times, keep = run_train(model, schedule, args, device, config.vocab_size)
+    else:
+        values, times, keep = run_infer(model, schedule, args, device, config.vocab_size)
+    torch.cuda.synchronize()
+    sampler.stop()
+
+    result.update(values)
+    result["schedule"] = schedule
+    result["step_ms"] = [round(t, 3) for t in times]
+    measured = times[WARMUP_STEPS:] if len(times) > WARMUP_STEPS else times
+    result["median_step_ms"] = statistics.median(measured)
+    result["mean_step_ms"] = statistics.fmean(measured)
+    result["total_step_ms"] = sum(times)
+
+    result["baseline_driver_used_mib"] = used0 / MiB if used0 is not None else None
+    if used0 is not None and sampler.nvml_samples:
+        peak = max(sampler.max_used - used0, 0)
+        result["peak_driver_bytes"] = peak
+        result["peak_driver_mib"] = peak / MiB
+    else:
+        result["peak_driver_bytes"] = None
+        result["peak_driver_mib"] = None
+    if sampler.min_free is not None:
+        peak = max(free0 - sampler.min_free, 0)
+        result["peak_meminfo_bytes"] = peak
+        result["peak_meminfo_mib"] = peak / MiB
+    else:
+        result["peak_meminfo_bytes"] = None
+        result["peak_meminfo_mib"] = None
+    result["nvml_samples"] = sampler.nvml_samples
+    result["meminfo_samples"] = sampler.meminfo_samples
+    result["sampler_error"] = sampler.error
+    result["device_total_mib"] = total / MiB
+
+    if args.allocator == "xseg":
+        import xseg
+
+        result["xseg"] = xseg_report(device_index, errors)
+        if args.summary:
+            log(xseg.summary(device_index))
+    else:
+        result["torch_allocator"] = torch_allocator_report(device_index)
+
+    # Free everything the run made and check the heap once more.
+    del model, keep
+    import gc
+
+    gc.collect()
+    torch.cuda.synchronize()
+    if args.allocator == "xseg":
+        import xseg
+
+        try:
+            result["xseg"]["check_heap_after_free"] = bool(xseg.check_heap())
+            result["xseg"]["allocated_bytes_after_free"] = xseg.stats(device_index)["allocated_bytes"]["all"]["current"]
+        except Exception as e:
+            result["xseg"]["check_heap_after_free"] = False
+            result["xseg"]["check_heap_after_free_error"] = str(e)
+
+    result["attn_implementation"] = impl
+    result["device_name"] = torch.cuda.get_device_name(device_index)
+    result["torch_version"] = torch.__version__
+    result["transformers_version"] = getattr(transformers, "__version__", None)
+    result["cuda_version"] = torch.version.cuda
+    result["deterministic"] = torch.are_deterministic_algorithms_enabled()
+    result["errors"] = errors
+    result["wall_s"] = time.perf_counter() - wall0
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SystemExit:
+        raise
+    except BaseException as e:
+        traceback.print_exc()
+        print(json.dumps({"allocator": _ALLOCATOR, "mode": _argv_value("--mode", "train"),
+                          "error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+        sys.exit(1)
