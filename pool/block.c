@@ -129,9 +129,9 @@ static void link_before(xs_block_t *b, xs_block_t *nb) {
 int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size) {
   size_t rest = b->size - size;
   if (rest < XS_ALIGN) return 0;
-  if (b->size >= d->cfg->max_split_size) return 0; /* oversize blocks stay whole */
-  if (d->mode == XS_MODE_BINNED && b->seg->pool->cls == XS_LARGE)
-    return rest > XS_SMALL_MAX; /* a large-pool sliver under 1 MiB would never be reused */
+  if (d->mode == XS_MODE_EXPANDABLE) return 1; /* pages keep any remainder reusable */
+  if (b->size >= d->max_split) return 0; /* binned: oversize blocks stay whole */
+  if (b->seg->pool->cls == XS_LARGE) return rest > XS_SMALL_MAX; /* a sliver under 1 MiB would never be reused */
   return 1;
 }
 
@@ -209,11 +209,13 @@ xs_block_t *xs_merge_insert(xs_device_t *d, xs_block_t *b) {
 xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size) {
   xs_block_t *b = xs_tree_lower_bound(&p->free, size);
   if (!b) return NULL;
-  size_t max_split = d->cfg->max_split_size;
-  /* As PyTorch: requests below max_split never take an oversize block (all
-   * later blocks in the set are larger still), and oversize requests take
-   * an oversize block only if little of it would be wasted. */
+  size_t max_split = d->max_split;
+  /* Requests below max_split never take an oversize block (all later
+   * blocks in the set are larger still): large cached blocks stay whole for
+   * large requests.  Binned segments also hand oversize blocks out unsplit,
+   * so as PyTorch an oversize request takes one only if little is wasted;
+   * expandable segments split them and waste nothing. */
   if (size < max_split && b->size >= max_split) return NULL;
-  if (size >= max_split && b->size >= size + XS_OVERSIZE_SLACK) return NULL;
+  if (d->mode == XS_MODE_BINNED && size >= max_split && b->size >= size + XS_OVERSIZE_SLACK) return NULL;
   return b;
 }

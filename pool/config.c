@@ -70,7 +70,8 @@ enum {
   XS_F_ZERO = 1u << 1,      /* 0 is accepted outside [min, max] (off, adaptive, no cap) */
   XS_F_UNLIMITED = 1u << 2, /* the word `unlimited` stands for SIZE_MAX bytes */
   XS_F_LO_OPEN = 1u << 3,   /* REAL: lower bound excluded */
-  XS_F_HI_OPEN = 1u << 4    /* REAL: upper bound excluded */
+  XS_F_HI_OPEN = 1u << 4,   /* REAL: upper bound excluded */
+  XS_F_AUTO = 1u << 5       /* the word `auto` stands for 0: the allocator decides */
 };
 
 typedef struct xs_optdef_s {
@@ -103,9 +104,9 @@ static const xs_optdef_t g_opts[XS_OPT__COUNT] = {
                                     .help = "False selects the binned caching pool",
                                     .off = XS_OFF(expandable)},
     [XS_OPT_MAX_SPLIT_SIZE_MB] = {.key = "max_split_size_mb", .type = XS_T_SIZE,
-                                  .def = "unlimited", .form = "<MB >= 20>|unlimited",
-                                  .help = "blocks this large are never split; small requests never take them",
-                                  .off = XS_OFF(max_split_size), .flags = XS_F_UNLIMITED,
+                                  .def = "auto", .form = "<MB >= 20>|unlimited|auto",
+                                  .help = "requests below this never take free blocks this large; binned: such blocks are never split (auto: unlimited for expandable segments, 64 for the binned pool)",
+                                  .off = XS_OFF(max_split_size), .flags = XS_F_UNLIMITED | XS_F_AUTO,
                                   .min = 20, .max = SIZE_MAX / XS_MB, .unit = XS_MB},
     [XS_OPT_GARBAGE_COLLECTION_THRESHOLD] = {.key = "garbage_collection_threshold",
                                              .type = XS_T_REAL, .def = "0",
@@ -343,6 +344,10 @@ static const char *set_value(const xs_optdef_t *o, xs_config_t *c, const char *v
       *(size_t *)field = SIZE_MAX;
       return NULL;
     }
+    if ((o->flags & XS_F_AUTO) && eq_nocase(v, "auto")) {
+      *(size_t *)field = 0;
+      return NULL;
+    }
     rc = parse_u64(v, &u);
     if (rc == 1) return "is not a whole number";
     if (rc == 2 || (o->type == XS_T_SIZE && u > SIZE_MAX / o->unit)) return "is too large";
@@ -407,6 +412,7 @@ static void format_value(const xs_optdef_t *o, const xs_config_t *c, char *out, 
   case XS_T_SIZE: {
     size_t v = *(const size_t *)field;
     if (v == SIZE_MAX && (o->flags & XS_F_UNLIMITED)) snprintf(out, n, "unlimited");
+    else if (v == 0 && (o->flags & XS_F_AUTO)) snprintf(out, n, "auto");
     else snprintf(out, n, "%zu", v / o->unit);
     return;
   }

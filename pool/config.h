@@ -49,7 +49,7 @@ typedef enum xs_opt_e {
 typedef struct xs_config_s {
   int backend;                  /* XS_BACKEND_CUDA (default) or XS_BACKEND_HOST */
   int expandable;               /* 1 (default): expandable segments; 0: binned pool */
-  size_t max_split_size;        /* bytes; SIZE_MAX (default) = no limit */
+  size_t max_split_size;        /* bytes; SIZE_MAX = no limit; 0 (default) = auto */
   double gc_threshold;          /* 0 (default) = off, else in (0, 1) */
   unsigned roundup_div[XS_ROUNDUP_BINS]; /* 0 = off (default) */
   size_t release_threshold;     /* bytes of mapped free memory kept; SIZE_MAX (default) = all */

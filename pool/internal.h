@@ -45,6 +45,7 @@
 #define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
 #define XS_BINNED_MID_MAX ((size_t)10 << 20)
 #define XS_OVERSIZE_SLACK ((size_t)20 << 20)   /* max waste on an oversize block */
+#define XS_BINNED_AUTO_SPLIT ((size_t)64 << 20) /* binned max_split_size_mb:auto */
 
 enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
 enum { XS_MODE_EXPANDABLE = 0, XS_MODE_BINNED = 1 };
@@ -272,6 +273,7 @@ struct xs_device_s {
   size_t trim_floor;           /* free_mapped after the last trim: retry only above it */
   size_t large_page;           /* page_size_mb in bytes (0: adaptive) */
   int roundup;                 /* roundup_power2_divisions is set */
+  size_t max_split;            /* max_split_size_mb in effect (auto resolved) */
   xs_stats_t stats;
 };
 

@@ -91,7 +91,7 @@ XT_TEST(defaults) {
   xs_config_defaults(&c);
   XT_CHECK_EQ(c.backend, XS_BACKEND_CUDA);
   XT_CHECK_EQ(c.expandable, 1);
-  XT_CHECK_EQ(c.max_split_size, SIZE_MAX);
+  XT_CHECK_EQ(c.max_split_size, 0); /* auto */
   XT_CHECK(c.gc_threshold == 0.0);
   for (int i = 0; i < XS_ROUNDUP_BINS; i++) XT_CHECK_EQ(c.roundup_div[i], 0);
   XT_CHECK_EQ(c.release_threshold, SIZE_MAX);
@@ -166,6 +166,8 @@ XT_TEST(key_max_split_size_mb) {
   XT_CHECK_EQ(c.max_split_size, 512 * MB);
   XT_CHECK_EQ(parse_new(&c, "max_split_size_mb:512,max_split_size_mb:unlimited"), 0);
   XT_CHECK_EQ(c.max_split_size, SIZE_MAX);
+  XT_CHECK_EQ(parse_new(&c, "max_split_size_mb:512,max_split_size_mb:AUTO"), 0);
+  XT_CHECK_EQ(c.max_split_size, 0);
   XT_CHECK_EQ(parse_new(&c, "max_split_size_mb:17592186044415"), 0); /* SIZE_MAX >> 20 */
   XT_CHECK_EQ(c.max_split_size, (SIZE_MAX >> 20) << 20);
   XT_REFUSED("max_split_size_mb:19", "max_split_size_mb:19 is out of range");
