@@ -98,9 +98,17 @@ XSEG_API const char *xseg_last_error(void);
 
 /* PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md).  A size of
  * 0 returns NULL (PyTorch never frees a NULL data pointer); a negative size
- * returns NULL with an error. */
+ * returns NULL with an error.  PyTorch's pluggable wrapper cannot report a
+ * failed allocation, so xseg_torch_alloc also prints its diagnosis to
+ * stderr. */
 XSEG_API void *xseg_torch_alloc(ssize_t size, int device, xseg_stream_t stream);
 XSEG_API void xseg_torch_free(void *ptr, ssize_t size, int device, xseg_stream_t stream);
+/* Hooks with the signatures PyTorch's pluggable allocator calls
+ * (record_stream, empty_cache / reset, set_memory_fraction); errors are
+ * printed to stderr, as there is no way to return them. */
+XSEG_API void xseg_torch_record_stream(void *ptr, xseg_stream_t stream);
+XSEG_API void xseg_torch_empty_cache(void);
+XSEG_API void xseg_torch_set_memory_fraction(double fraction, int device);
 
 /* ---- Beyond the contract ----------------------------------------------- */
 
@@ -136,6 +144,12 @@ XSEG_API size_t xseg_config_describe(char *buf, size_t len);
 /* Number of devices the active backend sees (initialises the library);
  * negative XSEG_E* code on failure. */
 XSEG_API int xseg_device_count(void);
+
+/* Cap the device memory xseg may hold on `device` at fraction (0, 1] of the
+ * device's total, as per_process_memory_fraction does at initialisation.
+ * Memory already held above the new cap is not taken back; growth past it
+ * fails (after releasing cache and remapping). */
+XSEG_API int xseg_set_memory_fraction(double fraction, int device);
 
 /* Give `peer` access to every page of `device`, now and later. */
 XSEG_API int xseg_enable_peer_access(int device, int peer);

@@ -345,7 +345,9 @@ void *xseg_torch_alloc(ssize_t size, int device, xseg_stream_t stream) {
     xs_error_clear();
     return NULL; /* PyTorch keeps a NULL data pointer for empty tensors and never frees it */
   }
-  return xseg_malloc((size_t)size, device, stream);
+  void *p = xseg_malloc((size_t)size, device, stream);
+  if (!p) fprintf(stderr, "%s\n", xseg_last_error()); /* PyTorch does not check, so say it */
+  return p;
 }
 
 void xseg_torch_free(void *ptr, ssize_t size, int device, xseg_stream_t stream) {
@@ -353,6 +355,31 @@ void xseg_torch_free(void *ptr, ssize_t size, int device, xseg_stream_t stream) 
   (void)device;
   (void)stream;
   if (xseg_free(ptr) != 0) fprintf(stderr, "%s\n", xseg_last_error()); /* no way to return it to PyTorch */
+}
+
+void xseg_torch_record_stream(void *ptr, xseg_stream_t stream) {
+  if (xseg_record_stream(ptr, stream) != 0) fprintf(stderr, "%s\n", xseg_last_error());
+}
+
+void xseg_torch_empty_cache(void) {
+  if (xseg_empty_cache(-1) != 0) fprintf(stderr, "%s\n", xseg_last_error());
+}
+
+void xseg_torch_set_memory_fraction(double fraction, int device) {
+  if (xseg_set_memory_fraction(fraction, device) != 0) fprintf(stderr, "%s\n", xseg_last_error());
+}
+
+int xseg_set_memory_fraction(double fraction, int device) {
+  if (!(fraction > 0.0 && fraction <= 1.0))
+    return xs_error(XSEG_EINVAL, "xseg: xseg_set_memory_fraction(%g): the fraction must be in (0, 1]", fraction);
+  xs_device_t *d = device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  size_t limit = (size_t)(fraction * (double)d->phys.total);
+  if (g_cfg.max_memory != 0 && g_cfg.max_memory < limit) limit = g_cfg.max_memory;
+  d->phys.limit = limit / d->phys.gran * d->phys.gran;
+  pthread_mutex_unlock(&d->lock);
+  return 0;
 }
 
 /* ---- per-device operations ---------------------------------------------------------------------- */

@@ -217,7 +217,6 @@ int xs_check_device(xs_device_t *d) {
     EQ("held_bytes", s->held_bytes.current, t.mapped);
   }
   EQ("the physical layer's held bytes", d->phys.held, s->held_bytes.current);
-  if (d->phys.held > d->phys.limit) BAD("xseg: check: device %d: holds more than its limit", d->id);
   for (int k = 0; k < XS_NCLASS; k++) {
     int ty = 1 + k;
     EQ("allocation", s->allocation[ty].current, t.live[k]);

@@ -14,6 +14,16 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
+/* Iteration counts scaled by XSEG_TEST_SCALE (percent, default 100), so
+ * sanitizer builds can run the same tests shorter. */
+static inline long t_scale(long n) {
+  const char *e = getenv("XSEG_TEST_SCALE");
+  long pct = e ? strtol(e, NULL, 10) : 100;
+  if (pct <= 0) pct = 100;
+  long r = n * pct / 100;
+  return r > 0 ? r : 1;
+}
+
 /* The two modes every allocator test runs in. */
 static const char *const t_modes[2] = {"expandable_segments:True", "expandable_segments:False"};
 

@@ -79,7 +79,7 @@ int xs_phys_unreserve(xs_device_t *d, uintptr_t addr, size_t size) {
 
 int xs_phys_create(xs_device_t *d, size_t size, xs_chunk_t **out) {
   xs_phys_t *ph = &d->phys;
-  if (size > ph->limit - ph->held)
+  if (ph->held > ph->limit || size > ph->limit - ph->held)
     return xs_error(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes",
                     d->id, size, ph->limit);
   xs_chunk_t *c = calloc(1, sizeof *c);
@@ -186,7 +186,7 @@ int xs_phys_unmap(xs_device_t *d, xs_chunk_t *c) {
 
 int xs_phys_mem_alloc(xs_device_t *d, size_t size, uintptr_t *addr) {
   xs_phys_t *ph = &d->phys;
-  if (size > ph->limit - ph->held)
+  if (ph->held > ph->limit || size > ph->limit - ph->held)
     return xs_error(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes",
                     d->id, size, ph->limit);
   uint64_t t0 = now(d);

@@ -188,7 +188,7 @@ static size_t chunk_size(const xs_device_t *d, const xs_segment_t *seg, size_t g
   if (seg->pool->cls == XS_SMALL) return page;
   size_t sz = gap;
   if (d->large_page != 0 && sz > d->large_page) sz = d->large_page;
-  size_t headroom = (d->phys.limit - d->phys.held) / page * page;
+  size_t headroom = d->phys.held < d->phys.limit ? (d->phys.limit - d->phys.held) / page * page : 0;
   if (sz > headroom && headroom >= page) sz = headroom;
   return sz;
 }

@@ -58,7 +58,10 @@ os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
 for _name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
     os.environ.pop(_name, None)
 if _ALLOCATOR == "expandable":
-    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    # PYTORCH_ALLOC_CONF is the newer, device-generic name; older releases
+    # read only PYTORCH_CUDA_ALLOC_CONF.  The same value in both is unambiguous.
+    for _name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        os.environ[_name] = "expandable_segments:True"
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -79,6 +82,15 @@ INFER_PROMPTS = (64, 128, 256, 384, 512, 768, 992)
 WARMUP_STEPS = 3
 
 
+_ON_GPU = True  # False for --device cpu
+
+
+def sync():
+    """Wait for the GPU to finish everything queued (nothing to wait for on the CPU)."""
+    if _ON_GPU:
+        torch.cuda.synchronize()
+
+
 def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
@@ -96,9 +108,23 @@ def parse_args():
                    help="XSEG_ALLOC_CONF string for xseg.torch.enable() (default: the environment)")
     p.add_argument("--poll-ms", type=float, default=1.0, help="memory polling interval")
     p.add_argument("--summary", action="store_true", help="print xseg's summary to stderr at the end")
+    p.add_argument("--batches", default=None,
+                   help="comma-separated batch sizes to draw from (default: 4,8,16 train; 1,4,8,16 infer)")
+    p.add_argument("--lengths", default=None,
+                   help="comma-separated sequence (train) or prompt (infer) lengths to draw from")
+    p.add_argument("--warn-only", action="store_true",
+                   help="use_deterministic_algorithms(True, warn_only=True): warn on a nondeterministic op "
+                        "instead of failing (results may then differ between runs)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: a logic check of this script without a GPU (no memory figures)")
     args = p.parse_args()
     if args.steps < 1:
         p.error("--steps must be >= 1")
+    try:
+        args.batches = [int(x) for x in args.batches.split(",")] if args.batches else None
+        args.lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
+    except ValueError:
+        p.error("--batches and --lengths take comma-separated integers")
     return args
 
 
@@ -194,12 +220,18 @@ class MemorySampler(threading.Thread):
 # ---- the workloads -----------------------------------------------------------
 
 
-def make_schedule(mode, steps, seed, new_tokens, n_positions):
+def make_schedule(mode, steps, seed, new_tokens, n_positions, batches=None, lengths=None):
+    """The (batch, length) of every step, drawn from a seeded generator."""
     rng = random.Random(seed)
     if mode == "train":
-        return [(rng.choice(TRAIN_BATCHES), rng.choice(TRAIN_SEQS)) for _ in range(steps)]
-    prompts = [p for p in INFER_PROMPTS if p + new_tokens <= n_positions]
-    return [(rng.choice(INFER_BATCHES), rng.choice(prompts)) for _ in range(steps)]
+        batches = batches or TRAIN_BATCHES
+        lengths = [n for n in (lengths or TRAIN_SEQS) if n <= n_positions]
+    else:
+        batches = batches or INFER_BATCHES
+        lengths = [n for n in (lengths or INFER_PROMPTS) if n + new_tokens <= n_positions]
+    if not lengths:
+        raise ValueError("no usable length: at most %d positions" % n_positions)
+    return [(rng.choice(batches), rng.choice(lengths)) for _ in range(steps)]
 
 
 def build_model(args, transformers):
@@ -211,6 +243,8 @@ def build_model(args, transformers):
         n_embd=512,
         n_layer=6,
         n_head=8,
+        bos_token_id=8191,
+        eos_token_id=8191,
         attn_implementation=args.attn,
     )
     torch.manual_seed(args.seed)
@@ -237,14 +271,14 @@ def run_train(model, schedule, args, device, vocab):
         gen.manual_seed(args.seed * 1000003 + step)
         x_cpu = torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long)
         x = x_cpu.to(device)
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         out = model(input_ids=x, labels=x)
         loss = out.loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        sync()
         t1 = time.perf_counter()
         losses.append(float(loss.detach().item()))
         times.append((t1 - t0) * 1000.0)
@@ -262,7 +296,7 @@ def run_infer(model, schedule, args, device, vocab):
             gen.manual_seed(args.seed * 1000003 + step)
             p_cpu = torch.randint(0, vocab, (batch, prompt_len), generator=gen, dtype=torch.long)
             prompt = p_cpu.to(device)
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             out = model(input_ids=prompt, use_cache=True)
             past = out.past_key_values
@@ -276,7 +310,7 @@ def run_infer(model, schedule, args, device, vocab):
                 generated.append(nxt)
                 del out
             tokens = torch.cat(generated, dim=1)
-            torch.cuda.synchronize()
+            sync()
             t1 = time.perf_counter()
             checksums.append(token_checksum(tokens.cpu()))
             times.append((t1 - t0) * 1000.0)
@@ -355,42 +389,50 @@ def main():
         import xseg.torch
 
         xseg.torch.enable(args.xseg_conf)
+        result["xseg_hooks"] = xseg.torch.hooks()
         result["xseg_conf"] = args.xseg_conf if args.xseg_conf is not None else os.environ.get("XSEG_ALLOC_CONF", "")
 
-    if not torch.cuda.is_available():
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
         raise SystemExit("torch_train.py: CUDA is not available")
 
     import transformers  # after enable(): nothing of transformers may touch CUDA first
 
     torch.manual_seed(args.seed)
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=args.warn_only)
     torch.backends.cudnn.benchmark = False  # (TF32 for matmul is off by default)
     sys.setswitchinterval(0.0005)  # let the sampler thread in often
 
     device_index = 0
-    torch.cuda.set_device(device_index)
-    device = torch.device("cuda", device_index)
-    # Create the context now, so the baseline includes it.
-    free0, total = torch.cuda.mem_get_info(device_index)
-
-    pynvml, handle, how = nvml_handle(device_index)
-    result["nvml"] = how
-    torch.cuda.synchronize()
-    used0 = pynvml.nvmlDeviceGetMemoryInfo(handle).used if handle is not None else None
-    free0, total = torch.cuda.mem_get_info(device_index)
-
-    sampler = MemorySampler(pynvml, handle, device_index, args.poll_ms / 1000.0)
-    sampler.start()
+    used0 = free0 = total = None
+    sampler = None
+    if cuda:
+        torch.cuda.set_device(device_index)
+        device = torch.device("cuda", device_index)
+        torch.cuda.mem_get_info(device_index)  # creates the context, so the baseline includes it
+        pynvml, handle, how = nvml_handle(device_index)
+        result["nvml"] = how
+        torch.cuda.synchronize()
+        used0 = pynvml.nvmlDeviceGetMemoryInfo(handle).used if handle is not None else None
+        free0, total = torch.cuda.mem_get_info(device_index)
+        sampler = MemorySampler(pynvml, handle, device_index, args.poll_ms / 1000.0)
+        sampler.start()
+    else:
+        global _ON_GPU
+        _ON_GPU = False
+        device = torch.device("cpu")
 
     model, config, impl = build_model(args, transformers)
     model.to(device)
-    schedule = make_schedule(args.mode, args.steps, args.seed, args.new_tokens, config.n_positions)
+    schedule = make_schedule(args.mode, args.steps, args.seed, args.new_tokens, config.n_positions,
+                             args.batches, args.lengths)
     if args.mode == "train":
         values, times, keep = run_train(model, schedule, args, device, config.vocab_size)
     else:
         values, times, keep = run_infer(model, schedule, args, device, config.vocab_size)
-    torch.cuda.synchronize()
-    sampler.stop()
+    sync()
+    if sampler is not None:
+        sampler.stop()
 
     result.update(values)
     result["schedule"] = schedule
@@ -401,24 +443,24 @@ def main():
     result["total_step_ms"] = sum(times)
 
     result["baseline_driver_used_mib"] = used0 / MiB if used0 is not None else None
-    if used0 is not None and sampler.nvml_samples:
+    if used0 is not None and sampler is not None and sampler.nvml_samples:
         peak = max(sampler.max_used - used0, 0)
         result["peak_driver_bytes"] = peak
         result["peak_driver_mib"] = peak / MiB
     else:
         result["peak_driver_bytes"] = None
         result["peak_driver_mib"] = None
-    if sampler.min_free is not None:
+    if sampler is not None and sampler.min_free is not None:
         peak = max(free0 - sampler.min_free, 0)
         result["peak_meminfo_bytes"] = peak
         result["peak_meminfo_mib"] = peak / MiB
     else:
         result["peak_meminfo_bytes"] = None
         result["peak_meminfo_mib"] = None
-    result["nvml_samples"] = sampler.nvml_samples
-    result["meminfo_samples"] = sampler.meminfo_samples
-    result["sampler_error"] = sampler.error
-    result["device_total_mib"] = total / MiB
+    result["nvml_samples"] = sampler.nvml_samples if sampler else 0
+    result["meminfo_samples"] = sampler.meminfo_samples if sampler else 0
+    result["sampler_error"] = sampler.error if sampler else None
+    result["device_total_mib"] = total / MiB if total else None
 
     if args.allocator == "xseg":
         import xseg
@@ -426,7 +468,7 @@ def main():
         result["xseg"] = xseg_report(device_index, errors)
         if args.summary:
             log(xseg.summary(device_index))
-    else:
+    elif cuda:
         result["torch_allocator"] = torch_allocator_report(device_index)
 
     # Free everything the run made and check the heap once more.
@@ -434,7 +476,7 @@ def main():
     import gc
 
     gc.collect()
-    torch.cuda.synchronize()
+    sync()
     if args.allocator == "xseg":
         import xseg
 
@@ -446,11 +488,12 @@ def main():
             result["xseg"]["check_heap_after_free_error"] = str(e)
 
     result["attn_implementation"] = impl
-    result["device_name"] = torch.cuda.get_device_name(device_index)
+    result["device_name"] = torch.cuda.get_device_name(device_index) if cuda else "cpu"
     result["torch_version"] = torch.__version__
     result["transformers_version"] = getattr(transformers, "__version__", None)
     result["cuda_version"] = torch.version.cuda
     result["deterministic"] = torch.are_deterministic_algorithms_enabled()
+    result["deterministic_warn_only"] = args.warn_only
     result["errors"] = errors
     result["wall_s"] = time.perf_counter() - wall0
     print(json.dumps(result), flush=True)
