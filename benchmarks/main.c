@@ -277,6 +277,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* tables appear as they are measured, also in pipes */
   opts_t o = {-1, 0, NULL, NULL, XSEG_TRACE_DIR};
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {

@@ -143,7 +143,11 @@ XT_TEST(remap_touches_every_byte) {
   for (int i = 1; i < 32; i += 2) XT_CHECK_EQ(xseg_free(v[i].p), 0);
   void *big = xseg_malloc(30 * MiB, 0, NULL);
   XT_REQUIRE(big != NULL);
-  XT_CHECK(stat_of("remapped_bytes") >= (long long)(30 * MiB));
+  /* 15 pages: at most one can be a freed page already in place (the last
+   * one, next to unmapped address space); the rest are moved handles, and
+   * no new handle is created. */
+  XT_CHECK(stat_of("remapped_bytes") >= (long long)(28 * MiB));
+  XT_CHECK_EQ(stat_of("num_device_alloc"), 32);
   fill(big, 30 * MiB, 0xB16B00B5u);
   GPU_CHECK(gpu.CtxSynchronize());
   XT_CHECK(verify(big, 30 * MiB, 0xB16B00B5u));
