@@ -62,6 +62,7 @@ size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extr
 int gpu_open(void);
 void gpu_describe(char *buf, size_t len);
 size_t gpu_free_bytes(void);
+void *gpu_new_stream(void);
 int gpu_fill(size_t budget, uint64_t *handle);
 void gpu_unfill(uint64_t handle);
 double gpu_time_malloc_free(size_t size, int reps, double *free_s); /* seconds per call */
@@ -88,7 +89,9 @@ typedef struct growth_s {
 int bench_latency(const char *conf, const size_t *sizes, int nsizes, int samples, latency_t *out);
 int bench_scale(const char *conf, size_t live, int samples, scale_t *out);
 int bench_growth(const char *conf, size_t size, size_t total, growth_t *out);
-int bench_threads(const char *conf, int nthreads, int ops, double *mops);
+/* streams: one per thread (real CUDA streams on the GPU; any distinct
+ * values on the host backend). */
+int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops);
 double pct(double *v, size_t n, double q);
 
 double now_s(void);

@@ -95,6 +95,13 @@ size_t gpu_free_bytes(void) {
   return fr;
 }
 
+/* A new non-blocking stream (NULL without a GPU). */
+void *gpu_new_stream(void) {
+  CUstream s = NULL;
+  if (gpu_open() != 0 || cu.StreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return NULL;
+  return s;
+}
+
 /* Hold all but `budget` bytes of free device memory in one allocation. */
 int gpu_fill(size_t budget, uint64_t *handle) {
   *handle = 0;
@@ -176,6 +183,7 @@ replay_t replay_cuda(const trace_t *t, int kind) {
 int gpu_open(void) { return -1; }
 void gpu_describe(char *buf, size_t len) { snprintf(buf, len, "no GPU support in this build"); }
 size_t gpu_free_bytes(void) { return 0; }
+void *gpu_new_stream(void) { return NULL; }
 int gpu_fill(size_t budget, uint64_t *handle) {
   (void)budget;
   *handle = 0;

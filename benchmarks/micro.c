@@ -161,6 +161,7 @@ typedef struct mailbox_s {
 
 typedef struct worker_s {
   int id, nthreads, ops;
+  xseg_stream_t stream;
   mailbox_t *boxes;
   double seconds;
 } worker_t;
@@ -168,7 +169,7 @@ typedef struct worker_s {
 static void *worker(void *arg) {
   worker_t *w = arg;
   uint64_t r = 0x12345 + (uint64_t)w->id * 7919;
-  xseg_stream_t s = (xseg_stream_t)(uintptr_t)(0x1000 + w->id);
+  xseg_stream_t s = w->stream;
   mailbox_t *next = &w->boxes[(w->id + 1) % w->nthreads], *mine = &w->boxes[w->id];
   double t0 = now_s();
   for (int i = 0; i < w->ops; i++) {
@@ -201,7 +202,7 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-int bench_threads(const char *conf, int nthreads, int ops, double *mops) {
+int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops) {
   if (xseg_init(conf) != 0) {
     fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
     return -1;
@@ -215,7 +216,7 @@ int bench_threads(const char *conf, int nthreads, int ops, double *mops) {
   }
   double t0 = now_s();
   for (int i = 0; i < nthreads; i++) {
-    w[i] = (worker_t){i, nthreads, ops, boxes, 0};
+    w[i] = (worker_t){i, nthreads, ops, (xseg_stream_t)streams[i], boxes, 0};
     pthread_create(&th[i], NULL, worker, &w[i]);
   }
   for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);

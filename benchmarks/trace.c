@@ -76,7 +76,7 @@ int trace_load(const char *path, trace_t *t) {
     unsigned long long id, a = 0, b = 0;
     int n = sscanf(p, "%c %llu %llu %llu", &op, &id, &a, &b);
     ev_t e = {0};
-    if (op == 'a' && n >= 3 && a > 0) {
+    if (op == 'a' && n >= 3) { /* 0 bytes is allowed: xseg_malloc(0) records it */
       e.alloc = 1;
       e.bytes = a;
       e.stream = n >= 4 ? (uint8_t)(b < 255 ? b : 255) : 0;

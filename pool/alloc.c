@@ -66,6 +66,7 @@ void xs_device_destroy(xs_device_t *d) {
   }
   for (size_t i = 0; i < d->npending; i++)
     if (d->pending[i].ev) xs_phys_event_put(d, d->pending[i].ev);
+  xs_seg_unstick(d);
   xs_cache_release(d, 0);
   xs_phys_destroy_events(d);
   free(d->streams);
@@ -170,16 +171,13 @@ void xs_process_events(xs_device_t *d) {
   for (size_t i = 0; i < d->npending; i++) {
     xs_pending_t e = d->pending[i];
     int done = 0;
-    if (!e.ev) {
-      if (xs_phys_event_get(d, &e.ev) == 0 && xs_phys_event_record(d, e.ev, e.s) != 0) {
-        xs_phys_event_put(d, e.ev);
-        e.ev = NULL;
-      }
-    } else {
-      /* An event error is kept pending: reusing memory the GPU may still
-       * touch would be worse than holding it. */
-      done = xs_phys_event_query(d, e.ev) == 0;
+    if (!e.ev && xs_phys_event_get(d, &e.ev) == 0 && xs_phys_event_record(d, e.ev, e.s) != 0) {
+      xs_phys_event_put(d, e.ev);
+      e.ev = NULL;
     }
+    /* An event error is kept pending: reusing memory the GPU may still
+     * touch would be worse than holding it. */
+    if (e.ev) done = xs_phys_event_query(d, e.ev) == 0;
     if (!done) {
       d->pending[j++] = e;
       continue;
@@ -262,8 +260,9 @@ uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
 
 /* ---- malloc -------------------------------------------------------------------------------- */
 
-static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **b, uintptr_t *addr) {
-  if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_grow(d, p, size, b, addr);
+static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **b, uintptr_t *addr, size_t *take) {
+  *take = size;
+  if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_grow(d, p, size, b, addr, take);
   int rc = xs_bin_grow(d, p, size, b);
   if (rc == 0) *addr = (*b)->addr;
   return rc;
@@ -291,12 +290,14 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
   xs_pool_t *p = &st->pools[cls];
   xs_block_t *b;
   uintptr_t addr;
+  size_t take = rsize; /* what the block gets: rsize, or up to its last page's end */
   for (;;) {
     b = xs_pool_fit(d, p, rsize);
     addr = b ? xs_place(d, b, rsize) : 0;
+    take = rsize;
     int grown = b == NULL;
     if (grown) {
-      int rc = grow(d, p, rsize, &b, &addr);
+      int rc = grow(d, p, rsize, &b, &addr, &take);
       if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
       if (rc != 0) return NULL; /* the error says why */
     }
@@ -308,23 +309,33 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
     /* Never let a block pin a whole page of a large handle that holds no
      * data: re-make that handle as pages first (once per handle), then
      * look again. */
-    xs_chunk_t *c = xs_exp_pins_big(d, b, addr, rsize);
+    xs_chunk_t *c = xs_exp_pins_big(d, b, addr, take);
     if (!c) break;
     if (!grown && !xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
       /* The GPU may still be using that handle: rather than wait for it,
        * take fresh memory if the device has some. */
       xs_block_t *nb;
       uintptr_t na;
-      if (grow(d, p, rsize, &nb, &na) == 0 && xs_slab_reserve(&d->slab, 2) == 0) {
+      size_t nt;
+      if (grow(d, p, rsize, &nb, &na, &nt) == 0 && xs_slab_reserve(&d->slab, 2) == 0) {
         b = nb;
         addr = na;
-        if (!(c = xs_exp_pins_big(d, b, addr, rsize))) break;
+        take = nt;
+        if (!(c = xs_exp_pins_big(d, b, addr, take))) break;
       }
       xs_error_clear();
     }
-    if (xs_exp_convert(d, b, c) != 0) break; /* pinning is the lesser evil then */
+    /* After a conversion the blocks around b have changed: look again.  A
+     * conversion that ran out of memory after unmapping the handle left
+     * its pages unmapped, which the next growth maps through the pressure
+     * path.  Otherwise a failure fails the allocation: carving now would
+     * pin the large handle, and retrying would meet the same refusal. */
+    int changed;
+    int rc = xs_exp_convert(d, b, c, &changed);
+    if (rc == 0 || (rc == XSEG_ENOMEM && changed)) continue;
+    return rc == XSEG_ENOMEM ? oom(d, size, rsize) : NULL; /* the error says why */
   }
-  b = xs_carve(d, b, addr, rsize);
+  b = xs_carve(d, b, addr, take);
   if (xs_ptrmap_put(&d->live, b->addr, b) != 0) {
     xs_merge_insert(d, b);
     xs_error(XSEG_ENOMEM, "xseg: out of host memory for the pointer map");
@@ -367,6 +378,7 @@ int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what) {
 
 int xs_empty_cache(xs_device_t *d) {
   if (d->npending) xs_process_events(d);
+  if (d->stuck) xs_seg_unstick(d);
   if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_empty(d);
   xs_bin_release(d, SIZE_MAX, 0);
   return 0;

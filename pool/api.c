@@ -215,6 +215,7 @@ static int busy(void) {
     xs_device_t *d = &g_devs[i];
     if (!d->ready) continue;
     pthread_mutex_lock(&d->lock);
+    if (d->npending) xs_process_events(d); /* frees whose streams are done are not busy */
     int b = d->live.count != 0 || d->npending != 0;
     pthread_mutex_unlock(&d->lock);
     if (b) return xs_error(XSEG_EBUSY, "xseg: device %d still has %zu live and %zu pending allocation(s)", i,

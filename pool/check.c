@@ -201,6 +201,15 @@ int xs_check_device(xs_device_t *d) {
     cached += c->size;
     ncached++;
   }
+  /* Chunks set aside still mapped (their undo unmap was refused). */
+  for (xs_chunk_t *c = d->stuck; c; c = c->next) {
+    if (!c->seg) BAD("xseg: check: device %d: a stuck chunk is marked unmapped", d->id);
+    t.mapped += c->size;
+    t.chunks++;
+    t.chunk_bytes += c->size;
+    t.reserved[c->seg->pool->cls] += (int64_t)c->size;
+    t.segments[c->seg->pool->cls]++;
+  }
   const xs_stats_t *s = &d->stats;
   EQ("the cache's byte count", d->cache_bytes, cached);
   EQ("handles_cached", s->handles_cached.current, ncached);

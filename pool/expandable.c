@@ -259,11 +259,17 @@ static xs_block_t *run_first(const span_t *sp) {
   return sp->anchor ? sp->anchor->next : sp->seg->head;
 }
 
-/* Turn the first `done - u->addr` bytes of unmapped block u into mapped free. */
-static void mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t done) {
+/* Turn [a, b) of unmapped block u into mapped free (a < b; the slab has
+ * room for two blocks).  The unmapped rest on either side stays as is. */
+static void mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t a, uintptr_t b) {
   xs_free_remove(d, u);
-  if (done < xs_block_end(u)) {
-    xs_block_t *r = xs_split_at(d, u, done);
+  if (a > u->addr) {
+    xs_block_t *m = xs_split_at(d, u, a);
+    xs_free_insert(d, u);
+    u = m;
+  }
+  if (b < xs_block_end(u)) {
+    xs_block_t *r = xs_split_at(d, u, b);
     xs_free_insert(d, r);
   }
   u->mapped = 1;
@@ -278,9 +284,10 @@ static size_t span_missing(const span_t *sp, size_t size) {
   return span_cost(b, sp->addr, sp->addr + size, sp->seg->page);
 }
 
-static int map_span(xs_device_t *d, const span_t *sp, size_t size) {
+static int map_span(xs_device_t *d, const span_t *sp, size_t size, int fold_tail, int *folded) {
   xs_segment_t *seg = sp->seg;
   uintptr_t s = sp->addr, e = s + size, pe = round_up(e, seg->page);
+  *folded = 0;
   int retried = 0;
   for (;;) {
     xs_block_t *u = run_first(sp);
@@ -292,9 +299,17 @@ static int map_span(xs_device_t *d, const span_t *sp, size_t size) {
      * end gets a page-sized chunk, since later blocks may share it. */
     uintptr_t whole = e / seg->page * seg->page;
     size_t max_chunk = ua < whole ? 0 : seg->page;
-    if (ua < whole && ub > whole) ub = whole;
+    if (ua < whole && ub > whole) {
+      /* Fold only where the rest of the page is small next to the request
+       * (at most an eighth): a 3 MiB request does not take a 4 MiB page. */
+      if (fold_tail && ub == pe && (pe - e) * 8 <= size) {
+        *folded = 1; /* the request takes the whole tail page: one handle */
+      } else {
+        ub = whole;
+      }
+    }
     int rc = xs_seg_map(d, seg, ua, ub, max_chunk, &done);
-    if (done > ua) mark_mapped(d, u, done);
+    if (done > ua) mark_mapped(d, u, ua, done);
     if (rc == 0) continue;
     if (rc != XSEG_ENOMEM) return rc;
     /* Out of memory: take pages out of holes and try again. */
@@ -319,7 +334,7 @@ static xs_block_t *span_block(const span_t *sp, size_t size) {
   return b;
 }
 
-int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr) {
+int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr, size_t *take) {
   size_t page = d->phys.gran;
   if (round_up(size, page) > d->phys.limit || size > SIZE_MAX - page)
     return XSEG_ENOMEM; /* larger than the device: no remapping can help */
@@ -335,14 +350,23 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
   }
   span_t sp = find_span(p, size);
   if (!sp.found) {
-    xs_segment_t *seg;
+    xs_segment_t *seg = NULL;
     int rc = xs_seg_create(d, p, size, &seg);
     if (rc != 0) return rc;
     sp = (span_t){seg, NULL, seg->base, seg->base, seg->base + seg->size, 0, 1};
   }
-  int rc = map_span(d, &sp, size);
+  /* While memory is plentiful, growth maps one handle per request: the
+   * page holding the request's end goes into the request's handle and the
+   * request takes that whole page (at most an eighth of the request and a
+   * page of rounding, reported as rounding waste).  Under pressure memory counts more than a driver call: the tail
+   * page gets a page-sized handle that later blocks can share. */
+  size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
+  int fold = p->cls == XS_LARGE && headroom >= size + d->phys.limit / XS_FOLD_HEADROOM;
+  int folded;
+  int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;
-  *out = span_block(&sp, size);
+  *take = folded ? round_up(sp.addr + size, page) - sp.addr : size;
+  *out = span_block(&sp, *take);
   *addr = sp.addr;
   return 0;
 }
@@ -369,34 +393,34 @@ xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   return NULL;
 }
 
-int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c) {
+int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed) {
   xs_segment_t *seg = f->seg;
   uintptr_t ca = c->addr, cb = c->addr + c->size;
   size_t size = c->size;
+  *changed = 0;
   if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
   int rc;
   unmap_chunk_of(d, f, c, &rc);
   if (rc != 0) return rc;
+  *changed = 1; /* from here on the blocks around f are different */
   /* Give the large handle back first: its memory is what the page-sized
    * ones are made of.  (If the release fails it stays cached, and the
    * mapping below releases it or works around it.) */
   xs_cache_release_chunk(d, c);
   /* The chunk's pages are one unmapped block now; map them again one page
    * per chunk. */
-  xs_block_t *u = seg->head;
-  while (u && xs_block_end(u) <= ca) u = u->next;
-  xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);
-  if (u->addr < ca) {
-    /* u merged with unmapped neighbours: map exactly the chunk's pages. */
-    xs_free_remove(d, u);
-    xs_block_t *r = xs_split_at(d, u, ca);
-    xs_free_insert(d, u);
-    u = r;
-    xs_free_insert(d, u);
-  }
+  /* Room for the blocks first: once pages are mapped they must be marked. */
+  if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   uintptr_t done = ca;
   rc = xs_seg_map(d, seg, ca, cb, seg->page, &done);
-  if (done > ca) mark_mapped(d, u, done);
+  if (done > ca) {
+    /* The chunk's pages are inside one unmapped block (it may have merged
+     * with unmapped neighbours): mark exactly what was mapped. */
+    xs_block_t *u = seg->head;
+    while (u && xs_block_end(u) <= ca) u = u->next;
+    xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);
+    mark_mapped(d, u, ca, done);
+  }
   d->stats.num_conversions++;
   d->stats.converted_bytes += size;
   /* What could not be mapped stays unmapped: consistent, and the caller

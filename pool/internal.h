@@ -46,6 +46,9 @@
 #define XS_BINNED_MID_MAX ((size_t)10 << 20)
 #define XS_OVERSIZE_SLACK ((size_t)20 << 20)   /* max waste on an oversize block */
 #define XS_BINNED_AUTO_SPLIT ((size_t)64 << 20) /* binned max_split_size_mb:auto */
+#ifndef XS_FOLD_HEADROOM
+#define XS_FOLD_HEADROOM 8 /* growth folds the tail page in while 1/8 of the limit stays free */
+#endif
 
 enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
 enum { XS_MODE_EXPANDABLE = 0, XS_MODE_BINNED = 1 };
@@ -233,7 +236,10 @@ int xs_phys_unreserve(xs_device_t *d, uintptr_t addr, size_t size);
  * refuses it. */
 int xs_phys_create(xs_device_t *d, size_t size, xs_chunk_t **out);
 int xs_phys_release(xs_device_t *d, xs_chunk_t *c);
-/* Map a chunk at addr and give the device (and its peers) access. */
+/* Map a chunk at addr and give the device (and its peers) access.  On
+ * failure the chunk is unmapped again, unless that too is refused: then
+ * c->seg stays set (the chunk is still mapped) and the caller must keep it
+ * aside (xs_seg_unstick retries). */
 int xs_phys_map(xs_device_t *d, xs_segment_t *seg, xs_chunk_t *c, uintptr_t addr);
 int xs_phys_unmap(xs_device_t *d, xs_chunk_t *c);
 int xs_phys_set_access(xs_device_t *d, uintptr_t addr, size_t size);
@@ -266,6 +272,7 @@ struct xs_device_s {
   xs_event_t *events;          /* idle events for reuse */
   size_t nevents, capevents;
   xs_chunk_t *cache;           /* unmapped chunks held */
+  xs_chunk_t *stuck;           /* mapped without access, the undo unmap refused: retried */
   size_t cache_bytes;
   size_t cache_count;
   size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
@@ -309,14 +316,18 @@ xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size);
 int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size);
 
 /* expandable.c */
-int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr);
+/* Map what a request of `size` needs; the block to carve holds [*addr,
+ * *addr + *take), where *take >= size may include the rest of the last page. */
+int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr, size_t *take);
 /* A chunk of more than one page that placing [addr, addr+size) in free
  * block f would cover only in part, or NULL.  Such a chunk must be
  * converted first (xs_exp_convert): a large chunk lies wholly inside one
  * live block or holds no data, so every free page can be unmapped. */
 xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
-/* Re-make chunk c (wholly inside free block f) as page-sized chunks. */
-int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c);
+/* Re-make chunk c (wholly inside free block f) as page-sized chunks.
+ * *changed says whether the blocks changed (the chunk was unmapped), even
+ * when the conversion then failed. */
+int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed);
 size_t xs_exp_trim(xs_device_t *d, size_t target, int wait); /* bytes released */
 int xs_exp_empty(xs_device_t *d);
 void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p);
@@ -339,6 +350,7 @@ size_t xs_seg_unmappable(const xs_segment_t *seg, uintptr_t a, uintptr_t b);
 int xs_cache_release(xs_device_t *d, size_t keep); /* release cached chunks down to keep bytes */
 int xs_cache_release_chunk(xs_device_t *d, xs_chunk_t *c); /* release one cached chunk */
 xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p); /* segment containing p, or NULL */
+int xs_seg_unstick(xs_device_t *d); /* retry unmapping stuck chunks; 0 when none is left */
 
 /* binned.c */
 int xs_bin_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out);

@@ -34,6 +34,15 @@ static size_t finish(sbuf_t *b) {
   return b->len;
 }
 
+/* A fraction in [0, 1] with six decimals, whatever LC_NUMERIC says (JSON
+ * needs a '.', and a program may have set a decimal-comma locale). */
+static const char *fmt_frac(char *out, size_t n, double x) {
+  if (!(x >= 0)) x = 0; /* NaN too */
+  unsigned long long m = (unsigned long long)(x * 1e6 + 0.5);
+  snprintf(out, n, "%llu.%06llu", m / 1000000, m % 1000000);
+  return out;
+}
+
 /* ---- derived figures ------------------------------------------------------------------ */
 
 static xs_derived_t derive(const xs_device_t *d) {
@@ -91,25 +100,31 @@ size_t xs_stats_json_device(xs_device_t *d, const char *backend, char *buf, size
 #define JSON_COUNTER(name, help) put(&b, "\"" #name "\":%llu,", (unsigned long long)s->name);
   XS_STATS_COUNTERS(JSON_COUNTER)
 #undef JSON_COUNTER
-  put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%.6f,\"utilization\":%.6f,"
+  char f1[32], f2[32];
+  put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%s,\"utilization\":%s,"
           "\"rounding_waste_bytes\":%lld}",
-      (unsigned long long)dv.largest_free_block, dv.external_fragmentation, dv.utilization,
-      (long long)dv.rounding_waste_bytes);
+      (unsigned long long)dv.largest_free_block, fmt_frac(f1, sizeof f1, dv.external_fragmentation),
+      fmt_frac(f2, sizeof f2, dv.utilization), (long long)dv.rounding_waste_bytes);
   return finish(&b);
 }
 
 /* ---- summary ------------------------------------------------------------------------------ */
 
-static const char *fmt_bytes(char *out, size_t n, int64_t v) {
-  const char *u[] = {"B  ", "KiB", "MiB", "GiB", "TiB"};
-  double x = (double)(v < 0 ? -v : v);
+static const char *fmt_size(char *out, size_t n, uint64_t v, int negative) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double x = (double)v;
   int i = 0;
-  while (x >= 1024 && i < 4) {
+  while (x >= 1024 && i < 6) {
     x /= 1024;
     i++;
   }
-  snprintf(out, n, "%s%.*f %s", v < 0 ? "-" : "", i ? 2 : 0, x, u[i]);
+  snprintf(out, n, "%s%.*f %s", negative ? "-" : "", i ? 2 : 0, x, u[i]);
   return out;
+}
+
+/* Signed figures (a gauge could in principle go below zero). */
+static const char *fmt_bytes(char *out, size_t n, int64_t v) {
+  return fmt_size(out, n, v < 0 ? 0 - (uint64_t)v : (uint64_t)v, v < 0);
 }
 
 static void summary_rows(FILE *out, const char *title, const xs_stat_t st[XS_STAT_NTYPES], int bytes) {
@@ -157,10 +172,11 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
   fputs(line, out);
   summary_rows(out, "Non-releasable allocs", s->inactive_split, 0);
   fputs(rule, out);
+  char e[32];
   fprintf(out, "| Held: %s (peak %s) of a %s limit; cached handles: %lld (%s)\n",
           fmt_bytes(a, 32, s->held_bytes.current), fmt_bytes(b, 32, s->held_bytes.peak),
           fmt_bytes(c, 32, (int64_t)d->phys.limit), (long long)s->handles_cached.current,
-          fmt_bytes(a, 32, s->cached_handle_bytes.current));
+          fmt_bytes(e, 32, s->cached_handle_bytes.current));
   fprintf(out, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%\n",
           fmt_bytes(a, 32, (int64_t)d->free_mapped), fmt_bytes(b, 32, (int64_t)dv.largest_free_block),
           100.0 * dv.external_fragmentation);
@@ -193,7 +209,7 @@ void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf
   size_t page = d->phys.gran;
   size_t limit = d->phys.limit;
   put(&b, "xseg: out of memory on device %d: cannot allocate %s (%zu bytes requested",
-      d->id, fmt_bytes(r, 32, (int64_t)(size == 0 ? 0 : size)), size);
+      d->id, fmt_size(r, 32, size, 0), size);
   if (rounded != SIZE_MAX) put(&b, ", %zu after rounding", rounded);
   put(&b, "). Live: %s in %lld blocks; mapped: %s; free inside segments: %s (largest free block %s); "
           "cached handles: %s; held: %s of a %s limit",

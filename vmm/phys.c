@@ -150,20 +150,27 @@ int xs_phys_map(xs_device_t *d, xs_segment_t *seg, xs_chunk_t *c, uintptr_t addr
                     (unsigned long)addr, be_err(d));
   d->stats.num_map++;
   rc = xs_phys_set_access(d, addr, c->size);
-  if (rc != 0) {
-    /* Leave no mapping behind without access: undo it. */
-    t0 = now(d);
-    if (ph->be->unmap(ph->be, ph->dev, addr, c->size) == 0) d->stats.num_unmap++;
-    d->stats.time_unmap_ns += now(d) - t0;
-    return rc;
-  }
   c->seg = seg;
   c->addr = addr;
+  if (rc != 0) {
+    /* Leave no mapping behind without access: undo it.  If even that is
+     * refused, the chunk stays mapped (c->seg set): counted as mapped, and
+     * the caller keeps it aside until an unmap succeeds. */
+    t0 = now(d);
+    int urc = ph->be->unmap(ph->be, ph->dev, addr, c->size);
+    d->stats.time_unmap_ns += now(d) - t0;
+    if (urc == 0) {
+      d->stats.num_unmap++;
+      c->seg = NULL;
+      c->addr = 0;
+      return rc;
+    }
+  }
   xs_gauge_add(&d->stats.mapped_bytes, (int64_t)c->size);
   int cls = seg->pool->cls;
   xs_stat_add(d->stats.reserved_bytes, cls, (int64_t)c->size);
   xs_stat_add(d->stats.segment, cls, 1);
-  return 0;
+  return rc;
 }
 
 int xs_phys_unmap(xs_device_t *d, xs_chunk_t *c) {

@@ -193,8 +193,24 @@ static size_t chunk_size(const xs_device_t *d, const xs_segment_t *seg, size_t g
   return sz;
 }
 
+int xs_seg_unstick(xs_device_t *d) {
+  xs_chunk_t **l = &d->stuck;
+  while (*l) {
+    xs_chunk_t *c = *l;
+    if (xs_phys_unmap(d, c) != 0) {
+      l = &c->next;
+      continue;
+    }
+    *l = c->next;
+    cache_put(d, c);
+  }
+  return d->stuck ? XSEG_EBACKEND : 0;
+}
+
 int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, size_t max_chunk, uintptr_t *done) {
   size_t page = seg->page;
+  /* A chunk stuck at these addresses would make the map below fail. */
+  if (d->stuck) xs_seg_unstick(d);
   xs_assert_internal(a % page == 0 && b % page == 0 && a >= seg->base && b <= seg->base + seg->size);
   int rc = 0;
   uintptr_t x = a;
@@ -216,7 +232,12 @@ int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, size
     }
     rc = xs_phys_map(d, seg, c, x);
     if (rc != 0) {
-      cache_put(d, c);
+      if (c->seg) {
+        c->next = d->stuck; /* still mapped: set aside, retried by xs_seg_unstick */
+        d->stuck = c;
+      } else {
+        cache_put(d, c);
+      }
       break;
     }
     if (c->moved) {
