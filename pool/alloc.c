@@ -307,17 +307,19 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
     }
     if (d->mode != XS_MODE_EXPANDABLE) break;
     /* Never let a block pin a whole page of a large handle that holds no
-     * data: re-make that handle as pages first (once per handle), then
-     * look again. */
+     * data: re-make that handle around the block first, then look again. */
     xs_chunk_t *c = xs_exp_pins_big(d, b, addr, take);
     if (!c) break;
-    if (!grown && !xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
-      /* The GPU may still be using that handle: rather than wait for it,
-       * take fresh memory if the device has some. */
+    if (!xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
+      /* The GPU may still be using that handle.  While memory is plentiful
+       * the pin is fragmentation the device can afford, and cheaper than
+       * stalling the host; under pressure take fresh memory if there is
+       * some, else convert after all (which waits). */
+      if (!xs_exp_tight(d)) break;
       xs_block_t *nb;
       uintptr_t na;
       size_t nt;
-      if (grow(d, p, rsize, &nb, &na, &nt) == 0 && xs_slab_reserve(&d->slab, 2) == 0) {
+      if (!grown && grow(d, p, rsize, &nb, &na, &nt) == 0 && xs_slab_reserve(&d->slab, 2) == 0) {
         b = nb;
         addr = na;
         take = nt;
@@ -331,7 +333,7 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
      * path.  Otherwise a failure fails the allocation: carving now would
      * pin the large handle, and retrying would meet the same refusal. */
     int changed;
-    int rc = xs_exp_convert(d, b, c, &changed);
+    int rc = xs_exp_convert(d, b, c, addr, addr + take, &changed);
     if (rc == 0 || (rc == XSEG_ENOMEM && changed)) continue;
     return rc == XSEG_ENOMEM ? oom(d, size, rsize) : NULL; /* the error says why */
   }

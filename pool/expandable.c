@@ -261,7 +261,7 @@ static xs_block_t *run_first(const span_t *sp) {
 
 /* Turn [a, b) of unmapped block u into mapped free (a < b; the slab has
  * room for two blocks).  The unmapped rest on either side stays as is. */
-static void mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t a, uintptr_t b) {
+static xs_block_t *mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t a, uintptr_t b) {
   xs_free_remove(d, u);
   if (a > u->addr) {
     xs_block_t *m = xs_split_at(d, u, a);
@@ -274,7 +274,7 @@ static void mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t a, uintptr_t b)
   }
   u->mapped = 1;
   u->free_seq = 0;
-  xs_merge_insert(d, u);
+  return xs_merge_insert(d, u);
 }
 
 /* Unmapped bytes still to map for the span of `size`. */
@@ -362,6 +362,7 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
    * page gets a page-sized handle that later blocks can share. */
   size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
   int fold = p->cls == XS_LARGE && headroom >= size + d->phys.limit / XS_FOLD_HEADROOM;
+  (void)xs_exp_tight;
   int folded;
   int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;
@@ -374,52 +375,74 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
 /* ---- converting large chunks ------------------------------------------------------------ */
 
 xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
-  /* Invariant: a chunk of more than one page lies wholly inside one live
-   * block, or holds no data at all.  Only chunks at the two ends of the
-   * placement can be partly covered. */
+  /* Only chunks at the two ends of the placement can be covered in part,
+   * and only chunks wholly inside f hold no data: a chunk that reaches
+   * into a neighbour is pinned by it already, and cannot be converted. */
   const xs_segment_t *seg = f->seg;
   size_t page = seg->page;
   uintptr_t end = addr + size;
   uintptr_t ends[2] = {addr, end - 1};
-  (void)d;
   int shift = __builtin_ctzll((unsigned long long)page);
+  (void)d;
   for (int i = 0; i < 2; i++) {
     xs_chunk_t *c = seg->pages[(ends[i] - seg->base) >> shift];
-    if (c && c->size > page && (c->addr < addr || c->addr + c->size > end)) {
-      xs_assert_internal(c->addr >= f->addr && c->addr + c->size <= xs_block_end(f));
+    if (c && c->size > page && (c->addr < addr || c->addr + c->size > end) && c->addr >= f->addr &&
+        c->addr + c->size <= xs_block_end(f))
       return c;
-    }
   }
   return NULL;
 }
 
-int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed) {
+int xs_exp_tight(const xs_device_t *d) {
+  size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
+  return headroom < d->phys.limit / XS_FOLD_HEADROOM;
+}
+
+int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed) {
   xs_segment_t *seg = f->seg;
-  uintptr_t ca = c->addr, cb = c->addr + c->size;
-  size_t size = c->size;
+  const size_t page = seg->page;
+  const uintptr_t ca = c->addr, cb = c->addr + c->size, m = (uintptr_t)page - 1;
+  const size_t size = c->size;
   *changed = 0;
   if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
+  /* A block before the chunk that survives what follows: f itself if it
+   * keeps a mapped part before the chunk, else its neighbour (live, or
+   * unmapped and about to absorb the chunk's pages). */
+  xs_block_t *anchor = ca > f->addr ? f : f->prev;
   int rc;
   unmap_chunk_of(d, f, c, &rc);
   if (rc != 0) return rc;
   *changed = 1; /* from here on the blocks around f are different */
-  /* Give the large handle back first: its memory is what the page-sized
-   * ones are made of.  (If the release fails it stays cached, and the
-   * mapping below releases it or works around it.) */
+  /* Give the large handle back first: its memory is what the new ones are
+   * made of.  (If the release fails it stays cached, and the mapping below
+   * releases it or works around it.) */
   xs_cache_release_chunk(d, c);
-  /* The chunk's pages are one unmapped block now; map them again one page
-   * per chunk. */
-  /* Room for the blocks first: once pages are mapped they must be marked. */
-  if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
-  uintptr_t done = ca;
-  rc = xs_seg_map(d, seg, ca, cb, seg->page, &done);
-  if (done > ca) {
-    /* The chunk's pages are inside one unmapped block (it may have merged
-     * with unmapped neighbours): mark exactly what was mapped. */
-    xs_block_t *u = seg->head;
-    while (u && xs_block_end(u) <= ca) u = u->next;
-    xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);
-    mark_mapped(d, u, ca, done);
+  /* Re-make it in at most five pieces, so the invariant holds for the
+   * block [a, b): the pages before the block's first page and after its
+   * last stay one handle each (wholly free), the pages it fills become one
+   * handle (wholly inside it), and each page it shares with neighbours
+   * gets a page-sized handle.  Cost: a handful of calls, not one per page. */
+#define CLAMP(x) ((x) < ca ? ca : (x) > cb ? cb : (x))
+  uintptr_t pa = a & ~m, pb = (b + m) & ~m, wa = (a + m) & ~m, wb = b & ~m;
+  uintptr_t cut[6] = {ca, CLAMP(pa), CLAMP(wa), CLAMP(wa > wb ? wa : wb), CLAMP(pb), cb};
+#undef CLAMP
+  for (int i = 0; i < 5 && rc == 0; i++) {
+    uintptr_t x = cut[i], y = cut[i + 1];
+    if (y <= x) continue;
+    /* Room for the blocks first: once pages are mapped they must be marked. */
+    if (xs_slab_reserve(&d->slab, 2) != 0) {
+      rc = xs_error(XSEG_ENOMEM, "xseg: out of host memory");
+      break;
+    }
+    uintptr_t done = x;
+    size_t piece = (i == 1 || i == 3) ? page : (size_t)(y - x); /* edge pages: page-sized */
+    rc = xs_seg_map(d, seg, x, y, piece, &done);
+    if (done > x) {
+      xs_block_t *u = anchor ? anchor : seg->head;
+      while (u && xs_block_end(u) <= x) u = u->next;
+      xs_assert(u && !u->mapped && u->addr <= x && xs_block_end(u) >= y);
+      anchor = mark_mapped(d, u, x, done);
+    }
   }
   d->stats.num_conversions++;
   d->stats.converted_bytes += size;

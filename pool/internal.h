@@ -319,15 +319,19 @@ int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size);
 /* Map what a request of `size` needs; the block to carve holds [*addr,
  * *addr + *take), where *take >= size may include the rest of the last page. */
 int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr, size_t *take);
-/* A chunk of more than one page that placing [addr, addr+size) in free
- * block f would cover only in part, or NULL.  Such a chunk must be
- * converted first (xs_exp_convert): a large chunk lies wholly inside one
- * live block or holds no data, so every free page can be unmapped. */
+/* A chunk of more than one page, wholly inside free block f, that placing
+ * [addr, addr+size) would cover only in part, or NULL.  Such a chunk is
+ * converted first (xs_exp_convert), so that every free page can be
+ * unmapped; see docs/design.md. */
 xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
-/* Re-make chunk c (wholly inside free block f) as page-sized chunks.
- * *changed says whether the blocks changed (the chunk was unmapped), even
- * when the conversion then failed. */
-int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed);
+/* Is memory tight (less than 1/XS_FOLD_HEADROOM of the limit left)? */
+int xs_exp_tight(const xs_device_t *d);
+/* Re-make chunk c (wholly inside free block f) so that a block placed at
+ * [a, b) covers its chunks wholly: at most five new handles.  Waits for
+ * the GPU to be done with c if it is not.  *changed says whether the
+ * blocks changed (the chunk was unmapped), even when the conversion then
+ * failed. */
+int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed);
 size_t xs_exp_trim(xs_device_t *d, size_t target, int wait); /* bytes released */
 int xs_exp_empty(xs_device_t *d);
 void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p);
