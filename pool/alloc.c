@@ -291,6 +291,7 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
   xs_block_t *b;
   uintptr_t addr;
   size_t take = rsize; /* what the block gets: rsize, or up to its last page's end */
+  int may_grow = 1;    /* may take fresh memory rather than wait for the GPU */
   for (;;) {
     b = xs_pool_fit(d, p, rsize);
     addr = b ? xs_place(d, b, rsize) : 0;
@@ -306,32 +307,41 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
       return NULL;
     }
     if (d->mode != XS_MODE_EXPANDABLE) break;
-    /* Never let a block pin a whole page of a large handle that holds no
-     * data: re-make that handle around the block first, then look again. */
+    /* Keep every free page reclaimable: a block must not pin a whole page
+     * of a large handle that holds no data, so that handle is re-made as
+     * page-sized ones first (once: pages are never converted again), and
+     * the search starts over (docs/design.md, "Handle sizing"). */
     xs_chunk_t *c = xs_exp_pins_big(d, b, addr, take);
     if (!c) break;
     if (!xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
-      /* The GPU may still be using that handle.  While memory is plentiful
-       * the pin is fragmentation the device can afford, and cheaper than
-       * stalling the host; under pressure take fresh memory if there is
-       * some, else convert after all (which waits). */
+      /* The GPU may still be using that handle, and unmapping it would
+       * mean waiting.  While memory is plentiful, pinning it costs less;
+       * under pressure take fresh memory if the device has some, else
+       * look again and wait. */
       if (!xs_exp_tight(d)) break;
-      xs_block_t *nb;
-      uintptr_t na;
-      size_t nt;
-      if (!grown && grow(d, p, rsize, &nb, &na, &nt) == 0 && xs_slab_reserve(&d->slab, 2) == 0) {
-        b = nb;
-        addr = na;
-        take = nt;
-        if (!(c = xs_exp_pins_big(d, b, addr, take))) break;
+      if (may_grow && !grown) {
+        xs_block_t *nb;
+        uintptr_t na;
+        size_t nt;
+        if (grow(d, p, rsize, &nb, &na, &nt) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
+            !xs_exp_pins_big(d, nb, na, nt)) {
+          b = nb;
+          addr = na;
+          take = nt;
+          break;
+        }
+        /* The attempt may have remapped pages: what was found before is
+         * stale.  Look again, this time ready to wait. */
+        xs_error_clear();
+        may_grow = 0;
+        continue;
       }
-      xs_error_clear();
     }
-    /* After a conversion the blocks around b have changed: look again.  A
-     * conversion that ran out of memory after unmapping the handle left
-     * its pages unmapped, which the next growth maps through the pressure
-     * path.  Otherwise a failure fails the allocation: carving now would
-     * pin the large handle, and retrying would meet the same refusal. */
+    /* A conversion changes the blocks around b: look again afterwards.  One
+     * that ran out of memory after unmapping the handle left its pages
+     * unmapped, which the next growth maps through the pressure path.
+     * Otherwise a failure fails the allocation: carving would pin the
+     * handle, and retrying would meet the same refusal. */
     int changed;
     int rc = xs_exp_convert(d, b, c, addr, addr + take, &changed);
     if (rc == 0 || (rc == XSEG_ENOMEM && changed)) continue;

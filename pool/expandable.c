@@ -284,6 +284,25 @@ static size_t span_missing(const span_t *sp, size_t size) {
   return span_cost(b, sp->addr, sp->addr + size, sp->seg->page);
 }
 
+/* A wholly free large chunk at an end of the span that reaches past it
+ * holds free pages outside the span, but reclaim cannot take a chunk part
+ * of which the span keeps.  Re-make such chunks as pages; returns how many
+ * changed anything. */
+static int convert_straddlers(xs_device_t *d, const span_t *sp, size_t size) {
+  uintptr_t s = sp->addr, e = s + size;
+  int n = 0;
+  for (int end = 0; end < 2; end++) {
+    uintptr_t x = end ? e - 1 : s;
+    xs_block_t *b = run_first(sp);
+    while (b && xs_block_end(b) <= x) b = b->next;
+    if (!b || b->state != XS_BLOCK_FREE || !b->mapped) continue;
+    xs_chunk_t *c = xs_exp_pins_big(d, b, s, size);
+    int changed = 0;
+    if (c && (xs_exp_convert(d, b, c, s, e, &changed) == 0 || changed)) n++;
+  }
+  return n;
+}
+
 static int map_span(xs_device_t *d, const span_t *sp, size_t size, int fold_tail, int *folded) {
   xs_segment_t *seg = sp->seg;
   uintptr_t s = sp->addr, e = s + size, pe = round_up(e, seg->page);
@@ -321,7 +340,7 @@ static int map_span(xs_device_t *d, const span_t *sp, size_t size, int fold_tail
      * that did not fit, so what the span still needs must come from holes.
      * Each round unmaps at least one chunk or gives up, so this ends. */
     const excl_t x = {seg, s / seg->page * seg->page, pe};
-    if (reclaim(d, span_missing(sp, size), &x) == 0) return XSEG_ENOMEM;
+    if (reclaim(d, span_missing(sp, size), &x) == 0 && convert_straddlers(d, sp, size) == 0) return XSEG_ENOMEM;
   }
 }
 
@@ -401,7 +420,7 @@ int xs_exp_tight(const xs_device_t *d) {
 int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed) {
   xs_segment_t *seg = f->seg;
   const size_t page = seg->page;
-  const uintptr_t ca = c->addr, cb = c->addr + c->size, m = (uintptr_t)page - 1;
+  const uintptr_t ca = c->addr, cb = c->addr + c->size;
   const size_t size = c->size;
   *changed = 0;
   if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
@@ -417,32 +436,20 @@ int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
    * made of.  (If the release fails it stays cached, and the mapping below
    * releases it or works around it.) */
   xs_cache_release_chunk(d, c);
-  /* Re-make it in at most five pieces, so the invariant holds for the
-   * block [a, b): the pages before the block's first page and after its
-   * last stay one handle each (wholly free), the pages it fills become one
-   * handle (wholly inside it), and each page it shares with neighbours
-   * gets a page-sized handle.  Cost: a handful of calls, not one per page. */
-#define CLAMP(x) ((x) < ca ? ca : (x) > cb ? cb : (x))
-  uintptr_t pa = a & ~m, pb = (b + m) & ~m, wa = (a + m) & ~m, wb = b & ~m;
-  uintptr_t cut[6] = {ca, CLAMP(pa), CLAMP(wa), CLAMP(wa > wb ? wa : wb), CLAMP(pb), cb};
-#undef CLAMP
-  for (int i = 0; i < 5 && rc == 0; i++) {
-    uintptr_t x = cut[i], y = cut[i + 1];
-    if (y <= x) continue;
-    /* Room for the blocks first: once pages are mapped they must be marked. */
-    if (xs_slab_reserve(&d->slab, 2) != 0) {
-      rc = xs_error(XSEG_ENOMEM, "xseg: out of host memory");
-      break;
-    }
-    uintptr_t done = x;
-    size_t piece = (i == 1 || i == 3) ? page : (size_t)(y - x); /* edge pages: page-sized */
-    rc = xs_seg_map(d, seg, x, y, piece, &done);
-    if (done > x) {
-      xs_block_t *u = anchor ? anchor : seg->head;
-      while (u && xs_block_end(u) <= x) u = u->next;
-      xs_assert(u && !u->mapped && u->addr <= x && xs_block_end(u) >= y);
-      anchor = mark_mapped(d, u, x, done);
-    }
+  /* Re-make it as page-sized handles.  (Pieces sized to the new block
+   * would cost fewer calls now, but their large remainders are covered in
+   * part again by the next different block, so the conversions never end;
+   * pages are never converted again, so each byte converts once.) */
+  (void)a;
+  (void)b;
+  if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
+  uintptr_t done = ca;
+  rc = xs_seg_map(d, seg, ca, cb, page, &done);
+  if (done > ca) {
+    xs_block_t *u = anchor ? anchor : seg->head;
+    while (u && xs_block_end(u) <= ca) u = u->next;
+    xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);
+    mark_mapped(d, u, ca, done);
   }
   d->stats.num_conversions++;
   d->stats.converted_bytes += size;
@@ -452,14 +459,12 @@ int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
 }
 
 void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p) {
-  while (p->segs) {
-    xs_segment_t *seg = p->segs;
-    if (seg->mapped != 0 || !seg->head || seg->head->next) {
-      /* Still mapped (an unmap failed) or blocks left: leave it allocated
-       * rather than free memory the driver may still map. */
-      p->segs = seg->next;
-      continue;
-    }
-    xs_seg_destroy(d, seg);
+  xs_segment_t *seg = p->segs;
+  while (seg) {
+    xs_segment_t *next = seg->next;
+    /* Still mapped (an unmap was refused) or blocks left: leave it
+     * allocated rather than free what the driver may still map. */
+    if (seg->mapped == 0 && seg->head && !seg->head->next) xs_seg_destroy(d, seg);
+    seg = next;
   }
 }

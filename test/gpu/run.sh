@@ -18,6 +18,7 @@ mkdir -p "$OUT"
 want() { [[ " $* " == *" all "* ]] || [[ " $ARGS " == *" $1 "* ]]; }
 ARGS="${*:-tests bench}"
 quick=""
+TORCH_ARGS=()
 [[ " $ARGS " == *" quick "* ]] && quick="--quick"
 rc=0
 log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
@@ -55,8 +56,12 @@ fi
 if want torch; then
   log "PyTorch"
   export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
-  python3 test/gpu/torch_compare.py --out "$OUT" 2>&1 | tee "$OUT/torch.txt" || rc=1
+  mkdir -p "$OUT/torch"
+  python3 test/gpu/torch_compare.py --out "$OUT/torch" "${TORCH_ARGS[@]}" 2>&1 | tee "$OUT/torch.txt" || rc=1
+  grep -h "xseg per steady step" "$OUT"/torch/*.stderr 2>/dev/null
+  tar -C "$OUT" -czf "$OUT/torch.tgz" torch && rm -rf "$OUT/torch"  # the tool returns at most 8 files
 fi
 
+tar -C "$OUT" -czf "$OUT/logs.tgz" cmake.log ctest-host.txt 2>/dev/null && rm -f "$OUT/cmake.log" "$OUT/ctest-host.txt"
 log "done (rc=$rc)"
 exit $rc

@@ -262,6 +262,33 @@ def token_checksum(tokens):
     return sum((i + 1) * int(t) for i, t in enumerate(flat)) % (1 << 61)
 
 
+_XSEG_COUNTERS = ("allocation", "num_device_alloc", "num_device_free", "num_map", "num_unmap",
+                  "num_conversions", "num_fence_waits", "num_alloc_retries", "time_create_ns",
+                  "time_map_ns", "time_unmap_ns", "time_set_access_ns", "time_release_ns")
+
+
+def xseg_counters(args):
+    """xseg's cumulative counters (None unless the allocator is xseg)."""
+    if args.allocator != "xseg":
+        return None
+    import xseg
+    s = xseg.stats(0)
+    out = {}
+    for k in _XSEG_COUNTERS:
+        v = s.get(k)
+        out[k] = v["all"]["allocated"] if isinstance(v, dict) else v
+    return out
+
+
+STEP_COUNTERS = []  # per step: deltas of xseg's counters across the step
+
+
+def note_step(args, before):
+    after = xseg_counters(args)
+    if after is not None and before is not None:
+        STEP_COUNTERS.append({k: after[k] - before[k] for k in after})
+
+
 def run_train(model, schedule, args, device, vocab):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, foreach=True)
     model.train()
@@ -272,6 +299,7 @@ def run_train(model, schedule, args, device, vocab):
         x_cpu = torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long)
         x = x_cpu.to(device)
         sync()
+        before = xseg_counters(args)
         t0 = time.perf_counter()
         out = model(input_ids=x, labels=x)
         loss = out.loss
@@ -283,6 +311,7 @@ def run_train(model, schedule, args, device, vocab):
         losses.append(float(loss.detach().item()))
         times.append((t1 - t0) * 1000.0)
         del out, loss, x
+        note_step(args, before)
         log("train step %d batch %d seq %d loss %.6f %.1f ms" % (step, batch, seq, losses[-1], times[-1]))
     return {"losses": losses}, times, opt
 
@@ -297,6 +326,7 @@ def run_infer(model, schedule, args, device, vocab):
             p_cpu = torch.randint(0, vocab, (batch, prompt_len), generator=gen, dtype=torch.long)
             prompt = p_cpu.to(device)
             sync()
+            before = xseg_counters(args)
             t0 = time.perf_counter()
             out = model(input_ids=prompt, use_cache=True)
             past = out.past_key_values
@@ -315,6 +345,7 @@ def run_infer(model, schedule, args, device, vocab):
             checksums.append(token_checksum(tokens.cpu()))
             times.append((t1 - t0) * 1000.0)
             del past, nxt, generated, tokens, prompt
+            note_step(args, before)
             log("infer step %d batch %d prompt %d checksum %d %.1f ms"
                 % (step, batch, prompt_len, checksums[-1], times[-1]))
     return {"checksums": checksums}, times, None
@@ -466,6 +497,12 @@ def main():
         import xseg
 
         result["xseg"] = xseg_report(device_index, errors)
+        result["xseg"]["steps"] = STEP_COUNTERS
+        steady = STEP_COUNTERS[3:]
+        if steady:
+            # What the steps after warm-up cost in allocations and driver work.
+            result["xseg"]["steady"] = {k: sum(c[k] for c in steady) / len(steady) for k in steady[0]}
+            log("xseg per steady step: " + ", ".join("%s %.1f" % kv for kv in result["xseg"]["steady"].items()))
         if args.summary:
             log(xseg.summary(device_index))
     elif cuda:
