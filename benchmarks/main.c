@@ -4,7 +4,8 @@
  *              [--traces DIR] [COMMAND [ARGS]]
  *
  * COMMAND is all (the default), micro (latency, scale, growth, threads),
- * latency, scale, growth, threads, frag [TRACE...], or replay TRACE.  Every section prints a table to stdout and,
+ * latency, scale, growth, threads, frag [TRACE...], replay TRACE, or
+ * timeline TRACE (memory over time, for the plots).  Every section prints a table to stdout and,
  * with --json, a record per row into one JSON object keyed by section.
  */
 #include <dirent.h>
@@ -52,6 +53,7 @@ static void jrec(const char *fmt, ...) {
   fputc('}', jf);
   va_end(ap);
   jrec_first = 0;
+  fflush(jf); /* a run cut short keeps what it measured */
 }
 
 static char conf_buf[1024];
@@ -91,16 +93,25 @@ static int cmd_latency(const opts_t *o) {
   printf("%12s %12s %12s", "size", "median ns", "p99 ns");
   printf(o->gpu ? " %20s\n" : "\n", "cuMemAlloc+Free us");
   jsection("latency");
+  /* The trace recorder's cost on the same pairs (trace_file: one line per
+   * allocation and free, buffered). */
+  latency_t tr[4];
+  char tconf[1024];
+  snprintf(tconf, sizeof tconf, "%s,trace_file:/tmp/xseg-bench-trace-%d.trace", conf(o, NULL), (int)getpid());
+  int traced = bench_latency(tconf, sizes, 4, samples, tr) == 0;
+  snprintf(tconf, sizeof tconf, "/tmp/xseg-bench-trace-%d.trace", (int)getpid());
+  remove(tconf);
   for (int i = 0; i < 4; i++) {
     printf("%12zu %12.1f %12.1f", r[i].size, r[i].median_ns, r[i].p99_ns);
+    if (traced) printf("   (traced: %.1f)", tr[i].median_ns);
     if (o->gpu) {
       double fr = 0, al = gpu_time_malloc_free(sizes[i], o->quick ? 8 : 32, &fr);
       async_ns[i] = (al + fr) * 1e9;
       printf(" %20.1f", (al + fr) * 1e6);
     }
     printf("\n");
-    jrec("\"size\":%zu,\"median_ns\":%.1f,\"p99_ns\":%.1f,\"cumemalloc_pair_ns\":%.1f", r[i].size, r[i].median_ns,
-         r[i].p99_ns, async_ns[i]);
+    jrec("\"size\":%zu,\"median_ns\":%.1f,\"p99_ns\":%.1f,\"traced_median_ns\":%.1f,\"cumemalloc_pair_ns\":%.1f",
+         r[i].size, r[i].median_ns, r[i].p99_ns, traced ? tr[i].median_ns : -1.0, async_ns[i]);
   }
   return 0;
 }
@@ -275,10 +286,90 @@ static int cmd_replay(const opts_t *o, int argc, char **argv) {
   return fails ? 1 : 0;
 }
 
+/* Memory over time for one trace, for both xseg modes on the host backend:
+ * live (requested) bytes from the trace, and xseg's allocated, mapped and
+ * held bytes, in about 400 samples, each the maximum over its interval.  The budget is generous (twice the
+ * peak), as in normal use. */
+static long long jnum(const char *json, const char *key, const char *field) {
+  const char *p = strstr(json, key);
+  if (!p) return -1;
+  if (field) {
+    p = strstr(p, field);
+    if (!p) return -1;
+    p += strlen(field);
+  } else {
+    p += strlen(key);
+  }
+  return strtoll(p, NULL, 10);
+}
+
+static int cmd_timeline(const opts_t *o, int argc, char **argv) {
+  if (argc < 1) {
+    fprintf(stderr, "xseg-bench timeline TRACE\n");
+    return 2;
+  }
+  trace_t t;
+  if (trace_load(argv[0], &t) != 0) return 1;
+  const char *modes[2] = {"expandable_segments:True", "expandable_segments:False"};
+  size_t every = t.nev / 400 ? t.nev / 400 : 1;
+  printf("\n== timeline: %s, %zu events, sampled every %zu (host backend, budget 2 x peak)\n", t.name, t.nev, every);
+  printf("%6s %10s %12s %12s %12s %12s\n", "mode", "event", "live MiB", "alloc MiB", "mapped MiB", "held MiB");
+  jsection("timeline");
+  static char json[1 << 16];
+  for (int m = 0; m < 2; m++) {
+    char c[512];
+    snprintf(c, sizeof c, "backend:host,host_capacity_mb:%llu,%s%s%s",
+             (unsigned long long)(2 * t.peak_live >> 20) + 64, modes[m], o->extra ? "," : "", o->extra ? o->extra : "");
+    if (xseg_init(c) != 0) {
+      fprintf(stderr, "%s\n", xseg_last_error());
+      return 1;
+    }
+    void **ptr = calloc(t.nslots, sizeof *ptr);
+    uint64_t *sz = calloc(t.nslots, sizeof *sz);
+    uint64_t live = 0, live_max = 0;
+    for (size_t i = 0; i < t.nev; i++) {
+      const ev_t *e = &t.ev[i];
+      if (e->alloc) {
+        ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
+        sz[e->slot] = e->bytes;
+        if (ptr[e->slot]) live += e->bytes;
+        if (live > live_max) live_max = live;
+      } else if (ptr[e->slot]) {
+        xseg_free(ptr[e->slot]);
+        ptr[e->slot] = NULL;
+        live -= sz[e->slot];
+      }
+      if (i % every == 0 || i + 1 == t.nev) {
+        /* Each sample is the maximum over its interval, so short spikes
+         * (a loss computed in fp32, say) show: peaks are reset after it. */
+        xseg_stats_json(0, json, sizeof json);
+        long long al = jnum(json, "\"allocated_bytes\":{\"all\":", "\"peak\":"),
+                  mp = jnum(json, "\"mapped_bytes\":", "\"peak\":"), hd = jnum(json, "\"held_bytes\":", "\"peak\":");
+        xseg_reset_peak_stats(0);
+        uint64_t lv = live_max;
+        live_max = live;
+        jrec("\"trace\":\"%s\",\"mode\":\"%s\",\"event\":%zu,\"live\":%llu,\"allocated\":%lld,\"mapped\":%lld,\"held\":%lld",
+             t.name, m ? "binned" : "expandable", i, (unsigned long long)lv, al, mp, hd);
+        if (i % (every * 50) == 0)
+          printf("%6s %10zu %12.0f %12.0f %12.0f %12.0f\n", m ? "binned" : "exp", i, lv / 1048576.0, al / 1048576.0,
+                 mp / 1048576.0, hd / 1048576.0);
+      }
+    }
+    for (size_t k = 0; k < t.nslots; k++)
+      if (ptr[k]) xseg_free(ptr[k]);
+    free(ptr);
+    free(sz);
+    xseg_shutdown();
+  }
+  trace_free(&t);
+  return 0;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] [--traces DIR]\n"
-          "                  [all | micro | latency | scale | growth | threads | frag [TRACE...] | replay TRACE]\n"
+          "                  [all | micro | latency | scale | growth | threads | frag [TRACE...] | replay TRACE |\n"
+          "                   timeline TRACE]\n"
           "  all (default): every section; micro: latency, scale, growth and threads\n");
 }
 
@@ -325,13 +416,14 @@ int main(int argc, char **argv) {
   }
   header(&o);
   int rc = 0, all = !strcmp(cmd, "all"), micro = all || !strcmp(cmd, "micro");
-  int known = micro || !strcmp(cmd, "frag") || !strcmp(cmd, "replay");
+  int known = micro || !strcmp(cmd, "frag") || !strcmp(cmd, "replay") || !strcmp(cmd, "timeline");
   if (micro || !strcmp(cmd, "latency")) rc |= cmd_latency(&o), known = 1;
   if (micro || !strcmp(cmd, "scale")) rc |= cmd_scale(&o), known = 1;
   if (micro || !strcmp(cmd, "growth")) rc |= cmd_growth(&o), known = 1;
   if (micro || !strcmp(cmd, "threads")) rc |= cmd_threads(&o), known = 1;
   if (all || !strcmp(cmd, "frag")) rc |= cmd_frag(&o, all ? 0 : argc - i, argv + i);
   if (!strcmp(cmd, "replay")) rc |= cmd_replay(&o, argc - i, argv + i);
+  if (!strcmp(cmd, "timeline")) rc |= cmd_timeline(&o, argc - i, argv + i);
   if (!known) {
     usage();
     rc = 2;

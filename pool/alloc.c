@@ -37,8 +37,14 @@ int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *
   int rc = xs_phys_init(d, be, id, cfg);
   if (rc != 0) return rc;
   d->mode = cfg->expandable && d->phys.vmm ? XS_MODE_EXPANDABLE : XS_MODE_BINNED;
-  if (cfg->expandable && !d->phys.vmm && cfg->verbose)
-    fprintf(stderr, "xseg: device %d does not support virtual memory management: using the binned pool\n", id);
+  if (cfg->verbose) {
+    xs_devinfo_t info;
+    if (be->device_info(be, id, &info) != 0) snprintf(info.name, sizeof info.name, "?");
+    fprintf(stderr, "xseg: device %d (%s): %s mode%s; granularity %zu KiB, %zu MiB, limit %zu MiB\n", id, info.name,
+            d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned",
+            cfg->expandable && !d->phys.vmm ? " (the device does not support virtual memory management)" : "",
+            d->phys.gran >> 10, d->phys.total >> 20, d->phys.limit >> 20);
+  }
   d->large_page = cfg->page_size ? round_up(cfg->page_size, d->phys.gran) : 0;
   for (int i = 0; i < XS_ROUNDUP_BINS; i++) d->roundup |= cfg->roundup_div[i] > 1;
   /* max_split_size_mb:auto: expandable segments have no split problem; the
