@@ -43,19 +43,15 @@ static int new_segment(xs_device_t *d, xs_pool_t *p, size_t size, xs_segment_t *
     return rc;
   }
   seg->size = size;
-  seg->pool = p;
   seg->binned = 1;
   seg->via_mem_alloc = 1;
   seg->page = d->phys.gran;
+  xs_pool_add_segment(p, seg);
   b->addr = seg->base;
   b->size = size;
   b->seg = seg;
   b->mapped = 1;
   seg->head = b;
-  seg->next = p->segs;
-  if (p->segs) p->segs->prev = seg;
-  p->segs = seg;
-  p->nsegs++;
   xs_stat_add(d->stats.reserved_bytes, p->cls, (int64_t)size);
   xs_stat_add(d->stats.segment, p->cls, 1);
   xs_free_insert(d, b);
@@ -76,12 +72,7 @@ static int free_segment(xs_device_t *d, xs_segment_t *seg) {
   xs_stat_add(d->stats.reserved_bytes, p->cls, -(int64_t)seg->size);
   xs_stat_add(d->stats.segment, p->cls, -1);
   xs_block_delete(&d->slab, b);
-  if (seg->prev)
-    seg->prev->next = seg->next;
-  else
-    p->segs = seg->next;
-  if (seg->next) seg->next->prev = seg->prev;
-  p->nsegs--;
+  xs_pool_remove_segment(p, seg);
   free(seg);
   return 0;
 }

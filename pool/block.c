@@ -204,6 +204,26 @@ xs_block_t *xs_merge_insert(xs_device_t *d, xs_block_t *b) {
   return b;
 }
 
+/* ---- segments of a pool --------------------------------------------------------- */
+
+void xs_pool_add_segment(xs_pool_t *p, xs_segment_t *seg) {
+  seg->pool = p;
+  seg->prev = NULL;
+  seg->next = p->segs;
+  if (p->segs) p->segs->prev = seg;
+  p->segs = seg;
+  p->nsegs++;
+}
+
+void xs_pool_remove_segment(xs_pool_t *p, xs_segment_t *seg) {
+  if (seg->prev)
+    seg->prev->next = seg->next;
+  else
+    p->segs = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  p->nsegs--;
+}
+
 /* ---- best fit ------------------------------------------------------------------- */
 
 xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size) {

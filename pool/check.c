@@ -13,7 +13,6 @@
  * after every step.  The device lock is held by the caller.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -247,21 +246,6 @@ int xs_check_device(xs_device_t *d) {
 
 /* ---- snapshot ------------------------------------------------------------------------------- */
 
-typedef struct sb_s {
-  char *p;
-  size_t len, cap;
-} sb_t;
-
-static void sput(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sput(sb_t *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = b->len < b->cap ? b->cap - b->len : 0;
-  int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) b->len += (size_t)n;
-}
-
 static const char *state_name(const xs_block_t *b) {
   if (b->state == XS_BLOCK_LIVE) return "live";
   if (b->state == XS_BLOCK_PENDING) return "pending";
@@ -269,22 +253,22 @@ static const char *state_name(const xs_block_t *b) {
 }
 
 size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len) {
-  sb_t b = {buf, 0, len};
-  sput(&b, "{\"device\":%d,\"mode\":\"%s\",\"page_size\":%zu,\"segments\":[", d->id,
+  xs_sbuf_t b = {buf, 0, len};
+  xs_sbuf_put(&b, "{\"device\":%d,\"mode\":\"%s\",\"page_size\":%zu,\"segments\":[", d->id,
        d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", d->phys.gran);
   int firstseg = 1;
   for (size_t i = 0; i < d->nstreams; i++) {
     xs_stream_t *st = d->streams[i];
     for (int k = 0; k < XS_NCLASS; k++) {
       for (xs_segment_t *seg = st->pools[k].segs; seg; seg = seg->next) {
-        sput(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"stream\":%" PRIuPTR ",\"pool\":\"%s\","
+        xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"stream\":%" PRIuPTR ",\"pool\":\"%s\","
                  "\"mapped_bytes\":%zu,\"pages\":[",
              firstseg ? "" : ",", seg->base, seg->size, (uintptr_t)st->s, k == XS_SMALL ? "small" : "large",
              seg->binned ? seg->size : seg->mapped);
         firstseg = 0;
         /* Pages as runs of one chunk each, unmapped runs merged. */
         if (seg->binned) {
-          sput(&b, "{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":true}", seg->base, seg->size);
+          xs_sbuf_put(&b, "{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":true}", seg->base, seg->size);
         } else {
           int firstpage = 1;
           for (size_t p = 0; p < seg->npages;) {
@@ -294,25 +278,24 @@ size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len) {
               n = c->size / seg->page;
             else
               while (p + n < seg->npages && !seg->pages[p + n]) n++;
-            sput(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":%s}", firstpage ? "" : ",",
+            xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":%s}", firstpage ? "" : ",",
                  seg->base + p * seg->page, n * seg->page, c ? "true" : "false");
             firstpage = 0;
             p += n;
           }
         }
-        sput(&b, "],\"blocks\":[");
+        xs_sbuf_put(&b, "],\"blocks\":[");
         for (xs_block_t *bl = seg->head; bl; bl = bl->next) {
-          sput(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\","
+          xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\","
                    "\"stream\":%" PRIuPTR "}",
                bl == seg->head ? "" : ",", bl->addr, bl->size, bl->requested, state_name(bl), (uintptr_t)st->s);
         }
-        sput(&b, "]}");
+        xs_sbuf_put(&b, "]}");
       }
     }
   }
-  sput(&b, "],\"cached_handles\":[");
-  for (xs_chunk_t *c = d->cache; c; c = c->next) sput(&b, "%s%zu", c == d->cache ? "" : ",", c->size);
-  sput(&b, "]}");
-  if (b.cap) b.p[b.len < b.cap ? b.len : b.cap - 1] = '\0';
-  return b.len;
+  xs_sbuf_put(&b, "],\"cached_handles\":[");
+  for (xs_chunk_t *c = d->cache; c; c = c->next) xs_sbuf_put(&b, "%s%zu", c == d->cache ? "" : ",", c->size);
+  xs_sbuf_put(&b, "]}");
+  return xs_sbuf_finish(&b);
 }

@@ -314,6 +314,9 @@ xs_block_t *xs_merge_insert(xs_device_t *d, xs_block_t *b);
 /* Best fit in the pool under the split rules (max_split_size), or NULL. */
 xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size);
 int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size);
+/* A pool's list of segments. */
+void xs_pool_add_segment(xs_pool_t *p, xs_segment_t *seg);
+void xs_pool_remove_segment(xs_pool_t *p, xs_segment_t *seg);
 
 /* expandable.c */
 /* Map what a request of `size` needs; the block to carve holds [*addr,
@@ -365,6 +368,15 @@ void xs_bin_destroy_pool(xs_device_t *d, xs_pool_t *p);
 
 /* fences: is the GPU finished with frees up to free_seq on stream st? */
 int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t free_seq, int wait);
+
+/* stats.c: an snprintf-like text builder (len counts what the full text
+ * needs; at most cap bytes are written), shared by every JSON writer. */
+typedef struct xs_sbuf_s {
+  char *p;
+  size_t len, cap;
+} xs_sbuf_t;
+void xs_sbuf_put(xs_sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+size_t xs_sbuf_finish(xs_sbuf_t *b); /* NUL-terminates; returns len */
 
 /* stats.c */
 void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf, size_t len);

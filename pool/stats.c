@@ -12,15 +12,9 @@
 
 #include "internal.h"
 
-/* ---- an snprintf-like builder --------------------------------------------------------- */
+/* ---- an snprintf-like builder ----------------------------------------------------------- */
 
-typedef struct sbuf_s {
-  char *p;
-  size_t len, cap; /* len counts what the full text needs */
-} sbuf_t;
-
-static void put(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf_t *b, const char *fmt, ...) {
+void xs_sbuf_put(xs_sbuf_t *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   size_t room = b->len < b->cap ? b->cap - b->len : 0;
@@ -29,7 +23,7 @@ static void put(sbuf_t *b, const char *fmt, ...) {
   if (n > 0) b->len += (size_t)n;
 }
 
-static size_t finish(sbuf_t *b) {
+size_t xs_sbuf_finish(xs_sbuf_t *b) {
   if (b->cap) b->p[b->len < b->cap ? b->len : b->cap - 1] = '\0';
   return b->len;
 }
@@ -77,35 +71,35 @@ void xs_stats_reset_peaks(xs_stats_t *s) {
 static const char *const type_names[XS_STAT_NTYPES] = {"all", "small_pool", "large_pool"};
 
 size_t xs_stats_json_device(xs_device_t *d, const char *backend, char *buf, size_t len) {
-  sbuf_t b = {buf, 0, len};
+  xs_sbuf_t b = {buf, 0, len};
   const xs_stats_t *s = &d->stats;
   xs_derived_t dv = derive(d);
-  put(&b, "{\"device\":%d,\"backend\":\"%s\",\"mode\":\"%s\",\"granularity\":%zu,\"total_memory\":%zu,"
+  xs_sbuf_put(&b, "{\"device\":%d,\"backend\":\"%s\",\"mode\":\"%s\",\"granularity\":%zu,\"total_memory\":%zu,"
           "\"limit\":%zu,",
       d->id, backend, d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", d->phys.gran, d->phys.total,
       d->phys.limit);
 #define JSON_POOLED(name, help)                                                                     \
-  put(&b, "\"" #name "\":{");                                                                       \
+  xs_sbuf_put(&b, "\"" #name "\":{");                                                                       \
   for (int t = 0; t < XS_STAT_NTYPES; t++)                                                          \
-    put(&b, "%s\"%s\":{\"current\":%lld,\"peak\":%lld,\"allocated\":%lld,\"freed\":%lld}",         \
+    xs_sbuf_put(&b, "%s\"%s\":{\"current\":%lld,\"peak\":%lld,\"allocated\":%lld,\"freed\":%lld}",         \
         t ? "," : "", type_names[t], (long long)s->name[t].current, (long long)s->name[t].peak,     \
         (long long)s->name[t].allocated, (long long)s->name[t].freed);                              \
-  put(&b, "},");
+  xs_sbuf_put(&b, "},");
   XS_STATS_POOLED(JSON_POOLED)
 #undef JSON_POOLED
 #define JSON_GAUGE(name, help) \
-  put(&b, "\"" #name "\":{\"current\":%lld,\"peak\":%lld},", (long long)s->name.current, (long long)s->name.peak);
+  xs_sbuf_put(&b, "\"" #name "\":{\"current\":%lld,\"peak\":%lld},", (long long)s->name.current, (long long)s->name.peak);
   XS_STATS_GAUGES(JSON_GAUGE)
 #undef JSON_GAUGE
-#define JSON_COUNTER(name, help) put(&b, "\"" #name "\":%llu,", (unsigned long long)s->name);
+#define JSON_COUNTER(name, help) xs_sbuf_put(&b, "\"" #name "\":%llu,", (unsigned long long)s->name);
   XS_STATS_COUNTERS(JSON_COUNTER)
 #undef JSON_COUNTER
   char f1[32], f2[32];
-  put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%s,\"utilization\":%s,"
+  xs_sbuf_put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%s,\"utilization\":%s,"
           "\"rounding_waste_bytes\":%lld}",
       (unsigned long long)dv.largest_free_block, fmt_frac(f1, sizeof f1, dv.external_fragmentation),
       fmt_frac(f2, sizeof f2, dv.utilization), (long long)dv.rounding_waste_bytes);
-  return finish(&b);
+  return xs_sbuf_finish(&b);
 }
 
 /* ---- summary ------------------------------------------------------------------------------ */
@@ -198,7 +192,7 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
 /* ---- out of memory -------------------------------------------------------------------------- */
 
 void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf, size_t len) {
-  sbuf_t b = {buf, 0, len};
+  xs_sbuf_t b = {buf, 0, len};
   const xs_stats_t *s = &d->stats;
   xs_derived_t dv = derive(d);
   size_t drv_free = 0, drv_total = 0;
@@ -208,37 +202,37 @@ void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf
   size_t live = (size_t)s->allocated_bytes[XS_STAT_ALL].current;
   size_t page = d->phys.gran;
   size_t limit = d->phys.limit;
-  put(&b, "xseg: out of memory on device %d: cannot allocate %s (%zu bytes requested",
+  xs_sbuf_put(&b, "xseg: out of memory on device %d: cannot allocate %s (%zu bytes requested",
       d->id, fmt_size(r, 32, size, 0), size);
-  if (rounded != SIZE_MAX) put(&b, ", %zu after rounding", rounded);
-  put(&b, "). Live: %s in %lld blocks; mapped: %s; free inside segments: %s (largest free block %s); "
+  if (rounded != SIZE_MAX) xs_sbuf_put(&b, ", %zu after rounding", rounded);
+  xs_sbuf_put(&b, "). Live: %s in %lld blocks; mapped: %s; free inside segments: %s (largest free block %s); "
           "cached handles: %s; held: %s of a %s limit",
       fmt_bytes(l, 32, (int64_t)live), (long long)s->allocation[XS_STAT_ALL].current,
       fmt_bytes(m, 32, s->mapped_bytes.current), fmt_bytes(f, 32, (int64_t)d->free_mapped),
       fmt_bytes(g, 32, (int64_t)dv.largest_free_block), fmt_bytes(h, 32, s->cached_handle_bytes.current),
       fmt_bytes(t, 32, (int64_t)d->phys.held), fmt_bytes(r, 32, (int64_t)limit));
-  if (have_info) put(&b, "; the driver reports %s free of %s", fmt_bytes(l, 32, (int64_t)drv_free),
+  if (have_info) xs_sbuf_put(&b, "; the driver reports %s free of %s", fmt_bytes(l, 32, (int64_t)drv_free),
                      fmt_bytes(m, 32, (int64_t)drv_total));
-  put(&b, ". Cause: ");
+  xs_sbuf_put(&b, ". Cause: ");
   const char *limit_key = d->cfg->max_memory ? "max_memory_mb" : "per_process_memory_fraction";
   if (rounded == SIZE_MAX || rounded > limit) {
-    put(&b, "the request alone is larger than the memory xseg may use");
-    if (limit < d->phys.total) put(&b, " (the limit comes from %s)", limit_key);
+    xs_sbuf_put(&b, "the request alone is larger than the memory xseg may use");
+    if (limit < d->phys.total) xs_sbuf_put(&b, " (the limit comes from %s)", limit_key);
   } else if ((live + page - 1) / page * page + rounded > limit) {
-    put(&b, "memory pressure: live memory plus this request exceed the limit; free tensors, lower the batch");
-    if (limit < d->phys.total) put(&b, ", or raise %s", limit_key);
+    xs_sbuf_put(&b, "memory pressure: live memory plus this request exceed the limit; free tensors, lower the batch");
+    if (limit < d->phys.total) xs_sbuf_put(&b, ", or raise %s", limit_key);
   } else if (have_info && d->phys.held + drv_free < limit) {
-    put(&b, "memory held outside this allocator (other processes, or cudaMalloc outside xseg): %s "
+    xs_sbuf_put(&b, "memory held outside this allocator (other processes, or cudaMalloc outside xseg): %s "
             "of the device is neither xseg's nor free",
         fmt_bytes(l, 32, (int64_t)(drv_total - d->phys.held - drv_free)));
   } else if (d->mode == XS_MODE_BINNED) {
-    put(&b, "fragmentation: %s is free inside segments but split by live blocks; "
+    xs_sbuf_put(&b, "fragmentation: %s is free inside segments but split by live blocks; "
             "try expandable_segments:True, or max_split_size_mb / garbage_collection_threshold",
         fmt_bytes(l, 32, (int64_t)d->free_mapped));
   } else {
-    put(&b, "fragmentation: %s is free inside segments but held by physical handles that still carry "
+    xs_sbuf_put(&b, "fragmentation: %s is free inside segments but held by physical handles that still carry "
             "live data; smaller handles can be moved one by one: try page_size_mb:%zu",
         fmt_bytes(l, 32, (int64_t)d->free_mapped), page >> 20 ? page >> 20 : 1);
   }
-  finish(&b);
+  xs_sbuf_finish(&b);
 }

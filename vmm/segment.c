@@ -58,17 +58,13 @@ int xs_seg_create(xs_device_t *d, xs_pool_t *p, size_t min_size, xs_segment_t **
     return rc;
   }
   seg->size = size;
-  seg->pool = p;
+  xs_pool_add_segment(p, seg);
   /* One unmapped free block covers the whole segment. */
   b->addr = seg->base;
   b->size = size;
   b->seg = seg;
   b->mapped = 0;
   seg->head = b;
-  seg->next = p->segs;
-  if (p->segs) p->segs->prev = seg;
-  p->segs = seg;
-  p->nsegs++;
   xs_free_insert(d, b);
   *out = seg;
   return 0;
@@ -80,12 +76,7 @@ void xs_seg_destroy(xs_device_t *d, xs_segment_t *seg) {
   xs_free_remove(d, seg->head);
   xs_block_delete(&d->slab, seg->head);
   xs_phys_unreserve(d, seg->base, seg->size); /* a failure leaves the range reserved, nothing worse */
-  if (seg->prev)
-    seg->prev->next = seg->next;
-  else
-    p->segs = seg->next;
-  if (seg->next) seg->next->prev = seg->prev;
-  p->nsegs--;
+  xs_pool_remove_segment(p, seg);
   free(seg->pages);
   free(seg);
 }
