@@ -103,7 +103,12 @@ static int child_signal(void (*fn)(uintptr_t), uintptr_t arg) {
   return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
 
-static void poke(uintptr_t a) { *(volatile char *)a = 1; }
+/* Sanitizers install their own SIGSEGV handler (which aborts); the child
+ * wants the kernel's verdict. */
+static void poke(uintptr_t a) {
+  signal(SIGSEGV, SIG_DFL);
+  *(volatile char *)a = 1;
+}
 
 XT_TEST(unmapped_and_inaccessible_pages_fault) {
   xs_backend_t *b = mk(16, 1);
