@@ -46,7 +46,7 @@ static int path_ok(const char *p) {
 static void check_ranges(const xs_config_t *c, const char *t) {
   check(c->backend == XS_BACKEND_CUDA || c->backend == XS_BACKEND_HOST, "backend", t);
   check(c->expandable == 0 || c->expandable == 1, "expandable_segments", t);
-  check(c->max_split_size == SIZE_MAX ||
+  check(c->max_split_size == SIZE_MAX || c->max_split_size == 0 /* auto */ ||
             (c->max_split_size >= 20 * MB && c->max_split_size % MB == 0),
         "max_split_size_mb", t);
   check(c->gc_threshold == 0.0 || (c->gc_threshold > 0.0 && c->gc_threshold < 1.0),
