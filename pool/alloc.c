@@ -81,7 +81,7 @@ void xs_device_destroy(xs_device_t *d) {
   xs_slab_destroy(&d->slab);
 }
 
-xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s) {
+static xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s) {
   if (d->last_stream && d->last_stream->s == s) return d->last_stream;
   for (size_t i = 0; i < d->nstreams; i++) {
     if (d->streams[i]->s == s) return d->last_stream = d->streams[i];
@@ -250,7 +250,7 @@ int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
  * whichever end pins fewer wholly free pages, so pages stay packed and a
  * later free leaves whole pages free (ties: the low end, address order).
  * Binned segments have no pages to keep free: the low end. */
-uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
+static uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
   if (d->mode != XS_MODE_EXPANDABLE || f->size == size) return f->addr;
   const uintptr_t m = (uintptr_t)d->phys.gran - 1; /* a power of two */
   uintptr_t f0 = f->addr, f1 = xs_block_end(f);

@@ -380,7 +380,7 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
    * page of rounding, reported as rounding waste).  Under pressure memory counts more than a driver call: the tail
    * page gets a page-sized handle that later blocks can share. */
   size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
-  int fold = p->cls == XS_LARGE && headroom >= size + d->phys.limit / XS_FOLD_HEADROOM;
+  int fold = p->cls == XS_LARGE && headroom >= size + d->phys.limit / XS_PLENTIFUL;
   (void)xs_exp_tight;
   int folded;
   int rc = map_span(d, &sp, size, fold, &folded);
@@ -414,7 +414,7 @@ xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
 
 int xs_exp_tight(const xs_device_t *d) {
   size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
-  return headroom < d->phys.limit / XS_FOLD_HEADROOM;
+  return headroom < d->phys.limit / XS_PLENTIFUL;
 }
 
 int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed) {

@@ -46,9 +46,10 @@
 #define XS_BINNED_MID_MAX ((size_t)10 << 20)
 #define XS_OVERSIZE_SLACK ((size_t)20 << 20)   /* max waste on an oversize block */
 #define XS_BINNED_AUTO_SPLIT ((size_t)64 << 20) /* binned max_split_size_mb:auto */
-#ifndef XS_FOLD_HEADROOM
-#define XS_FOLD_HEADROOM 8 /* growth folds the tail page in while 1/8 of the limit stays free */
-#endif
+/* Memory is "plentiful" while at least 1/XS_PLENTIFUL of the limit is free:
+ * then growth folds a request's last page into its handle, and a block may
+ * pin a large handle the GPU is still using rather than wait for it. */
+#define XS_PLENTIFUL 8
 
 enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
 enum { XS_MODE_EXPANDABLE = 0, XS_MODE_BINNED = 1 };
@@ -295,8 +296,6 @@ int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s);
 int xs_empty_cache(xs_device_t *d);
 void xs_process_events(xs_device_t *d);
 size_t xs_round_size(const xs_device_t *d, size_t size); /* 0 on overflow */
-uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size);
-xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s);
 
 /* block.c: split, merge and free sets shared by both modes */
 void xs_free_insert(xs_device_t *d, xs_block_t *b);
@@ -327,7 +326,7 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
  * converted first (xs_exp_convert), so that every free page can be
  * unmapped; see docs/design.md. */
 xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
-/* Is memory tight (less than 1/XS_FOLD_HEADROOM of the limit left)? */
+/* Is memory tight (less than 1/XS_PLENTIFUL of the limit left)? */
 int xs_exp_tight(const xs_device_t *d);
 /* Re-make chunk c (wholly inside free block f) so that a block placed at
  * [a, b) covers its chunks wholly: at most five new handles.  Waits for
@@ -352,8 +351,6 @@ int xs_seg_map(xs_device_t *d, xs_segment_t *seg, uintptr_t a, uintptr_t b, size
 xs_chunk_t *xs_seg_chunk_within(const xs_segment_t *seg, uintptr_t a, uintptr_t b);
 /* Unmap chunk c of seg into the device's cache. */
 int xs_seg_unmap_chunk(xs_device_t *d, xs_segment_t *seg, xs_chunk_t *c);
-/* Bytes of chunks lying wholly inside [a, b). */
-size_t xs_seg_unmappable(const xs_segment_t *seg, uintptr_t a, uintptr_t b);
 int xs_cache_release(xs_device_t *d, size_t keep); /* release cached chunks down to keep bytes */
 int xs_cache_release_chunk(xs_device_t *d, xs_chunk_t *c); /* release one cached chunk */
 xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p); /* segment containing p, or NULL */

@@ -1138,11 +1138,11 @@ static void m_reset_peaks(void) {
 
 /* The size of a new block, from the snapshot, against the rules.
  * Expandable mode: exactly the request rounded to 512 (see the comment at
- * the top of the model).  One exception, if this build has it
- * (XS_FOLD_HEADROOM, pool/expandable.c:xs_exp_grow): a large request that
- * grows the pool while at least limit / XS_FOLD_HEADROOM would stay free
- * takes the rest of its last page, so its block ends on a page boundary,
- * less than a page past the rounded size.
+ * the top of the model).  One exception (XS_PLENTIFUL,
+ * pool/expandable.c:xs_exp_grow): a large request that grows the pool while
+ * at least limit / XS_PLENTIFUL would stay free, and whose last page's rest
+ * is at most an eighth of it, takes that rest, so its block ends on a page
+ * boundary, less than a page past the rounded size.
  * Binned mode: the rounded size, plus what xs_should_split leaves unsplit:
  * a large-pool remainder of at most 1 MiB, or, for blocks of
  * max_split_size (64 MiB by default) and more, less than
@@ -1165,12 +1165,10 @@ static int m_size(mblock_t *b, const jv_t *snap) {
   long long r = (long long)b->r, page = MM.page;
   int ok = size == r;
   if (!ok && MM.expandable) {
-#ifdef XS_FOLD_HEADROOM
     long long end = (long long)(uintptr_t)b->p + size;
-    ok = b->cls == 2 && size > r && size - r < page && end % page == 0 &&
-         MM.limit - MM.prev_held >= r + MM.limit / XS_FOLD_HEADROOM;
+    ok = b->cls == 2 && size > r && size - r < page && end % page == 0 && (size - r) * 8 <= r &&
+         MM.limit - MM.prev_held >= r + MM.limit / XS_PLENTIFUL;
     MM.n_folded += ok;
-#endif
   } else if (!ok) {
     ok = b->cls == 2 && size > r &&
          (size - r <= (long long)MiB || (size >= 64 * (long long)MiB && size - r < (long long)XS_OVERSIZE_SLACK));

@@ -260,16 +260,6 @@ xs_chunk_t *xs_seg_chunk_within(const xs_segment_t *seg, uintptr_t a, uintptr_t 
   return NULL;
 }
 
-size_t xs_seg_unmappable(const xs_segment_t *seg, uintptr_t a, uintptr_t b) {
-  size_t n = 0;
-  xs_chunk_t *c;
-  while ((c = xs_seg_chunk_within(seg, a, b)) != NULL) {
-    n += c->size;
-    a = c->addr + c->size;
-  }
-  return n;
-}
-
 int xs_seg_unmap_chunk(xs_device_t *d, xs_segment_t *seg, xs_chunk_t *c) {
   uintptr_t addr = c->addr;
   int rc = xs_phys_unmap(d, c);
