@@ -663,11 +663,10 @@ typedef struct tally_s {
  * reported with its context and must not stop the other sweeps, so every
  * sweep runs in a child; what it found comes back through a shared page. */
 
+/* What a sweep reports beyond its checks: the tally and how far it got. */
 typedef struct shared_s {
   tally_t t;
-  int checks, failures;
   uint64_t n; /* progress: the fault position being run */
-  int done;
 } shared_t;
 
 static shared_t *SH;
@@ -679,7 +678,17 @@ typedef struct job_s {
   int code, sticky;
 } job_t;
 
-/* Run fn(job) in a child; fold its checks and failures into ours. */
+typedef struct call_s {
+  void (*fn)(const job_t *);
+  const job_t *job;
+} call_t;
+
+static void call_job(void *arg) {
+  const call_t *c = arg;
+  c->fn(c->job);
+}
+
+/* Run fn(job) in a child (t_forked); fold its checks and failures into ours. */
 static void forked(void (*fn)(const job_t *), const job_t *job, const char *what) {
   if (!SH) {
     SH = mmap(NULL, sizeof *SH, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -690,38 +699,13 @@ static void forked(void (*fn)(const job_t *), const job_t *job, const char *what
     }
   }
   memset(SH, 0, sizeof *SH);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    xt_checks = xt_failures = 0;
-    fn(job);
-    SH->checks = xt_checks;
-    SH->failures = xt_failures;
-    SH->done = 1;
-    fflush(stdout);
-    fflush(stderr);
-    _exit(0);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-    XT_CHECK_MSG(0, "%s: cannot run the child: %s", what, strerror(errno));
-    return;
-  }
-  xt_checks += SH->checks + 1;
-  xt_failures += SH->failures;
-  if (!SH->done) {
-    /* Regression test (fixed bug): an unmap failure in the growth and streams scenarios (expandable)
-     * ends in the abort of expandable.c's xs_exp_convert assert; see the
-     * test failed_conversion_pins_a_large_handle. */
-    xt_failures++;
-    fprintf(stderr, "%s: CRASHED (%s %d)", what, WIFSIGNALED(status) ? "signal" : "exit",
-            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-    if (SH->n)
-      fprintf(stderr, " with the fault at call #%llu; the sweep of this variant stopped there",
-              (unsigned long long)SH->n);
-    fputc('\n', stderr);
-  }
+  call_t c = {fn, job};
+  /* Regression test (fixed bug): an unmap failure in the growth and streams
+   * scenarios (expandable) once ended in the abort of expandable.c's
+   * xs_exp_convert assert; see the test failed_conversion_pins_a_large_handle. */
+  if (!t_forked(call_job, &c, what) && SH->n)
+    fprintf(stderr, "%s: the fault was at call #%llu; the sweep of this variant stopped there\n", what,
+            (unsigned long long)SH->n);
 }
 
 /* One kind and variant over n = 1, 2, ... after a clean reference run. */

@@ -735,49 +735,14 @@ static void run_case(const case_t *c) {
   if (xt_failures != f0) fprintf(stderr, "  ^ in case %s [%s]\n", c->name, t_modes[g_mode]);
 }
 
-/* Each case runs in a child, so that a crash is reported as that case's
- * failure and the other cases still run; the child's counts come back
- * through a shared page. */
-typedef struct shared_s {
-  int checks, failures, done;
-} shared_t;
+/* Each case runs in a child (t_forked), so that a crash is reported as that
+ * case's failure and the other cases still run. */
+static void run_case_arg(void *c) { run_case(c); }
 
 static void run_forked(const case_t *c) {
-  static shared_t *sh;
-  if (!sh) {
-    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) sh = NULL;
-  }
-  if (!sh) {
-    run_case(c);
-    return;
-  }
-  memset(sh, 0, sizeof *sh);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    xt_checks = xt_failures = 0;
-    run_case(c);
-    sh->checks = xt_checks;
-    sh->failures = xt_failures;
-    sh->done = 1;
-    fflush(stdout);
-    fflush(stderr);
-    _exit(0);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-    XT_CHECK_MSG(0, "%s [%s]: cannot run the child", c->name, t_modes[g_mode]);
-    return;
-  }
-  xt_checks += sh->checks + 1;
-  xt_failures += sh->failures;
-  if (!sh->done) {
-    xt_failures++;
-    fprintf(stderr, "%s [%s]: CRASHED (%s %d)\n", c->name, t_modes[g_mode], WIFSIGNALED(status) ? "signal" : "exit",
-            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-  }
+  char what[128];
+  snprintf(what, sizeof what, "%s [%s]", c->name, t_modes[g_mode]);
+  t_forked(run_case_arg, (void *)c, what);
 }
 
 static void run_all(int mode) {

@@ -5,6 +5,11 @@
 #ifndef XSEG_TEST_TESTUTIL_H
 #define XSEG_TEST_TESTUTIL_H
 
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "host_backend.h"
 #include "internal.h"
 #include "xseg.h"
@@ -92,6 +97,55 @@ static inline long long t_stat(int dev, const char *path) {
     s += n + (dot ? 1 : 0);
   }
   return strtoll(p, NULL, 10);
+}
+
+/* Run fn(arg) in a child process, so that a crash (an allocator assert, a
+ * write to a page it left unmapped) fails only that case, with its name,
+ * and the other cases still run.  The child's checks and failures come back
+ * through a shared page and count as ours; a crash counts as a failure.
+ * Returns 1 if the child finished, 0 if it crashed.  Without a shared page
+ * fn runs in this process. */
+typedef struct t_child_s {
+  int checks, failures, done;
+} t_child_t;
+
+static inline int t_forked(void (*fn)(void *), void *arg, const char *what) {
+  static t_child_t *sh;
+  if (!sh) {
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) sh = NULL;
+  }
+  if (!sh) {
+    fn(arg);
+    return 1;
+  }
+  memset(sh, 0, sizeof *sh);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    xt_checks = xt_failures = 0;
+    fn(arg);
+    sh->checks = xt_checks;
+    sh->failures = xt_failures;
+    sh->done = 1;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    XT_CHECK_MSG(0, "%s: cannot run the child: %s", what, strerror(errno));
+    return 0;
+  }
+  xt_checks += sh->checks + 1;
+  xt_failures += sh->failures;
+  if (!sh->done) {
+    xt_failures++;
+    fprintf(stderr, "%s: CRASHED (%s %d)\n", what, WIFSIGNALED(status) ? "signal" : "exit",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  return sh->done;
 }
 
 #endif /* XSEG_TEST_TESTUTIL_H */

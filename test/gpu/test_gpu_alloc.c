@@ -12,26 +12,10 @@
 #include <stdlib.h>
 
 #include "gpu_util.h"
-#include "xseg.h"
+#include "testutil.h"
 
-#define MiB ((size_t)1 << 20)
-
-static long long stat_of(const char *path) {
-  static char buf[1 << 16];
-  if (xseg_stats_json(0, buf, sizeof buf) >= sizeof buf) return -1;
-  const char *p = buf;
-  char key[128];
-  const char *s = path;
-  while (*s) {
-    const char *dot = strchr(s, '.');
-    size_t n = dot ? (size_t)(dot - s) : strlen(s);
-    snprintf(key, sizeof key, "\"%.*s\":", (int)n, s);
-    if (!(p = strstr(p, key))) return -1;
-    p += strlen(key);
-    s += n + (dot ? 1 : 0);
-  }
-  return strtoll(p, NULL, 10);
-}
+/* Statistics by dotted path: t_stat from testutil.h. */
+static long long stat_of(const char *path) { return t_stat(0, path); }
 
 static uint32_t *host; /* read-back buffer */
 
