@@ -246,22 +246,12 @@ int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
   return 0;
 }
 
-/* Where to put `size` bytes in free block f.  Expandable segments: at
- * whichever end pins fewer wholly free pages, so pages stay packed and a
- * later free leaves whole pages free (ties: the low end, address order).
- * Binned segments have no pages to keep free: the low end. */
+/* Where to put `size` bytes in free block f: in expandable segments, where
+ * it is expected to strand the fewest free bytes in pages that hold data
+ * (xs_exp_place); binned segments have no pages to keep free: the low end. */
 static uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
   if (d->mode != XS_MODE_EXPANDABLE || f->size == size) return f->addr;
-  const uintptr_t m = (uintptr_t)d->phys.gran - 1; /* a power of two */
-  uintptr_t f0 = f->addr, f1 = xs_block_end(f);
-  /* Pages wholly inside f: [in0, in1).  Pages each end touches: [l0, l1)
-   * and [r0, r1).  Count the overlaps, in units of pages. */
-  uintptr_t in0 = (f0 + m) & ~m, in1 = f1 & ~m;
-  if (in1 <= in0) return f0; /* f holds no whole page: nothing to keep free */
-  uintptr_t l1 = (f0 + size + m) & ~m, r0 = (f1 - size) & ~m;
-  uintptr_t left = (l1 < in1 ? l1 : in1) > in0 ? (l1 < in1 ? l1 : in1) - in0 : 0;
-  uintptr_t right = in1 > (r0 > in0 ? r0 : in0) ? in1 - (r0 > in0 ? r0 : in0) : 0;
-  return right < left ? f1 - size : f0;
+  return xs_exp_place(d->phys.gran, f->addr, xs_block_end(f), size, 1);
 }
 
 /* ---- malloc -------------------------------------------------------------------------------- */

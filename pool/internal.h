@@ -50,6 +50,12 @@
  * then growth folds a request's last page into its handle, and a block may
  * pin a large handle the GPU is still using rather than wait for it. */
 #define XS_PLENTIFUL 8
+/* A growth while memory is plentiful takes the rest of its last page into
+ * its one handle when that rest is at most 1/XS_FOLD_DIV of the request.
+ * An eighth left the mixed_streams trace at 1.014 (long-lived blocks made
+ * early keep their tails); a sixteenth gives 1.0015 and keeps growth at one
+ * handle for the sizes the growth benchmark measures (docs/design.md). */
+#define XS_FOLD_DIV 16
 
 enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
 enum { XS_MODE_EXPANDABLE = 0, XS_MODE_BINNED = 1 };
@@ -328,6 +334,11 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
 xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
 /* Is memory tight (less than 1/XS_PLENTIFUL of the limit left)? */
 int xs_exp_tight(const xs_device_t *d);
+/* Where to place `size` bytes in the free range [f0, f1), whose ends, where
+ * not page-aligned, share their pages with live data: the start with the
+ * least expected stranded memory (docs/design.md, "Placement").  Looks at
+ * both ends of the range, or (both 0) only its low end. */
+uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both);
 /* Re-make chunk c (wholly inside free block f) so that a block placed at
  * [a, b) covers its chunks wholly: at most five new handles.  Waits for
  * the GPU to be done with c if it is not.  *changed says whether the

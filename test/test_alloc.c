@@ -272,6 +272,39 @@ static void fails_only_at_limit(const char *extra) {
 
 XT_TEST(fails_only_at_physical_limit_small_pages) { fails_only_at_limit("page_size_mb:2"); }
 
+/* Placement (docs/design.md, "Placement"): a block shares a live
+ * neighbour's page only when that saves a page. */
+XT_TEST(placement_shares_pages_only_when_it_saves_one) {
+  const size_t P = 2 * MiB;
+  const uintptr_t base = (uintptr_t)64 << 30;
+  /* After a live neighbour that ends 1.5 MiB into a page. */
+  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 3 * MiB, 1), base + P);
+  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 5 * MiB / 2, 1), base + 3 * MiB / 2);
+  /* Before a live neighbour that starts 1 MiB into a page: the high end. */
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 1), base + 6 * MiB);
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 0), base); /* low end only */
+  /* No neighbour's page in reach: the low end. */
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 10 * MiB, 3 * MiB, 1), base);
+  XT_CHECK_EQ(xs_exp_place(P, base + MiB, base + 3 * MiB / 2, 512 * KiB, 1), base + MiB);
+
+  /* The same through growth, on a fresh segment. */
+  {
+    XT_REQUIRE(t_init("host_capacity_mb:256") == 0);
+    char *a = xseg_malloc(3 * MiB / 2, 0, NULL);
+    char *b = xseg_malloc(3 * MiB, 0, NULL);
+    char *c = xseg_malloc(5 * MiB / 2, 0, NULL);
+    XT_REQUIRE(a && b && c);
+    XT_CHECK_EQ((uintptr_t)a % P, 0);
+    XT_CHECK_MSG(b == a + P, "b at a%+td, expected the next page boundary", b - a);
+    XT_CHECK_MSG(c == b + 3 * MiB, "c at b%+td, expected right after b (sharing saves a page)", c - b);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_free(b), 0);
+    XT_CHECK_EQ(xseg_free(c), 0);
+    T_CHECK_HEAP();
+    XT_CHECK_EQ(xseg_shutdown(), 0);
+  }
+}
+
 int main(void) {
   XT_RUN(integrity_expandable);
   XT_RUN(integrity_binned);
@@ -279,5 +312,6 @@ int main(void) {
   XT_RUN(stream_reuse_binned);
   XT_RUN(remap_serves_large_request_from_holes);
   XT_RUN(fails_only_at_physical_limit_small_pages);
+  XT_RUN(placement_shares_pages_only_when_it_saves_one);
   return XT_DONE();
 }
