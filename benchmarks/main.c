@@ -28,6 +28,7 @@ typedef struct opts_s {
   const char *json;
   const char *extra;  /* more configuration for every xseg run */
   const char *traces; /* directory of shipped traces */
+  unsigned skip;      /* frag: allocators left out (bit per alloc_kind_t) */
 } opts_t;
 
 /* ---- JSON, written as the sections run ----------------------------------------------- */
@@ -223,6 +224,11 @@ static int cmd_frag(const opts_t *o, int argc, char **argv) {
     fflush(stdout);
     double ov[AK__COUNT];
     for (int k = 0; k < kinds; k++) {
+      if (o->skip >> k & 1) {
+        ov[k] = -1;
+        printf(" %16s", "-");
+        continue;
+      }
       int replays = 0;
       size_t mb = min_budget_mb(&t, (alloc_kind_t)k, o->gpu, o->extra, 2, &replays);
       ov[k] = mb ? (double)mb * (1 << 20) / (double)t.peak_live : 0;
@@ -367,15 +373,16 @@ static int cmd_timeline(const opts_t *o, int argc, char **argv) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] [--traces DIR]\n"
+          "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] [--traces DIR] [--only A,...]\n"
           "                  [all | micro | latency | scale | growth | threads | frag [TRACE...] | replay TRACE |\n"
           "                   timeline TRACE]\n"
-          "  all (default): every section; micro: latency, scale, growth and threads\n");
+          "  all (default): every section; micro: latency, scale, growth and threads\n"
+          "  --only: frag measures only these of xseg, xseg-binned, cudaMalloc, cudaMallocAsync\n");
 }
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* tables appear as they are measured, also in pipes */
-  opts_t o = {-1, 0, NULL, NULL, XSEG_TRACE_DIR};
+  opts_t o = {-1, 0, NULL, NULL, XSEG_TRACE_DIR, 0};
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
@@ -393,6 +400,21 @@ int main(int argc, char **argv) {
       o.extra = argv[++i];
     } else if (!strcmp(argv[i], "--traces") && i + 1 < argc) {
       o.traces = argv[++i];
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      /* A comma-separated list of allocator names. */
+      const char *l = argv[++i];
+      o.skip = (1u << AK__COUNT) - 1;
+      while (*l) {
+        size_t n = strcspn(l, ",");
+        int k = 0;
+        while (k < AK__COUNT && (strlen(ak_names[k]) != n || strncmp(l, ak_names[k], n))) k++;
+        if (k == AK__COUNT) {
+          fprintf(stderr, "xseg-bench: --only: unknown allocator '%.*s'\n", (int)n, l);
+          return 2;
+        }
+        o.skip &= ~(1u << k);
+        l += n + (l[n] == ',');
+      }
     } else {
       usage();
       return 2;

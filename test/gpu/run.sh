@@ -10,7 +10,9 @@
 #          cuMemAlloc (cudaMalloc) and cuMemAllocAsync (cudaMallocAsync)
 #   torch  PyTorch training and inference under native, expandable and xseg
 #   quick  smaller benchmark runs
-# With no argument: tests and bench.
+# With no argument: tests and bench.  FRAG_TRACES (names, space-separated)
+# limits frag to those traces: all six with all four allocators do not fit
+# in one 10-minute call.  FRAG_ONLY (xseg-bench --only) limits the allocators.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -50,7 +52,12 @@ fi
 
 if want frag; then
   log "fragmentation (GPU)"
-  ./build-gpu/benchmarks/xseg-bench --backend cuda --json "$OUT/frag-gpu.json" frag 2>&1 | tee "$OUT/frag-gpu.txt" || rc=1
+  traces=()
+  for t in ${FRAG_TRACES:-}; do traces+=("benchmarks/traces/$t.trace"); done
+  only=()
+  [[ -n "${FRAG_ONLY:-}" ]] && only=(--only "$FRAG_ONLY")
+  ./build-gpu/benchmarks/xseg-bench --backend cuda "${only[@]}" --json "$OUT/frag-gpu.json" frag "${traces[@]}" 2>&1 |
+    tee "$OUT/frag-gpu.txt" || rc=1
 fi
 
 if want torch; then
