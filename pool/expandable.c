@@ -364,8 +364,9 @@ static xs_block_t *span_block(const span_t *sp, size_t size) {
  * does not, starting at the next page boundary leaves the neighbour's page
  * to the neighbour alone (a gap under a page that no large request fits
  * in, but one that is free as soon as the neighbour is).  On the shipped
- * traces this cut grow_then_split from 1.032 to 1.024, logrand from 1.012
- * to 1.010 and rmm_uniform from 1.011 to 1.008 (docs/benchmarks.md). */
+ * traces this cut grow_then_split's min-budget overhead from 1.032 to
+ * 1.025, logrand's from 1.012 to 1.010 and rmm_uniform's from 1.011 to
+ * 1.008 (docs/benchmarks.md, "History"). */
 static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x, size_t size) {
   const uintptr_t m = page - 1;
   uintptr_t q0 = x & ~m, q1 = (x + size - 1) & ~m;
