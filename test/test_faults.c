@@ -93,21 +93,6 @@ static int accessible(const void *p, size_t n) {
 
 /* ---- statistics -------------------------------------------------------------------- */
 
-static long long json_num(const char *buf, const char *path) {
-  const char *p = buf, *s = path;
-  char key[128];
-  while (*s) {
-    const char *dot = strchr(s, '.');
-    size_t n = dot ? (size_t)(dot - s) : strlen(s);
-    snprintf(key, sizeof key, "\"%.*s\":", (int)n, s);
-    p = strstr(p, key);
-    if (!p) return LLONG_MIN;
-    p += strlen(key);
-    s += n + (dot ? 1 : 0);
-  }
-  return strtoll(p, NULL, 10);
-}
-
 typedef struct st_s {
   long long mapped, held, handles, reserved_va, segments, allocation, pending;
 } st_t;
@@ -118,13 +103,13 @@ static st_t stats_now(void) {
   memset(&s, 0xff, sizeof s);
   size_t n = xseg_stats_json(0, buf, sizeof buf);
   if (n == 0 || n >= sizeof buf) return s;
-  s.mapped = json_num(buf, "mapped_bytes.current");
-  s.held = json_num(buf, "held_bytes.current");
-  s.handles = json_num(buf, "handles_live.current");
-  s.reserved_va = json_num(buf, "reserved_address_bytes.current");
-  s.segments = json_num(buf, "segment.all.current");
-  s.allocation = json_num(buf, "allocation.all.current");
-  s.pending = json_num(buf, "pending_frees.current");
+  s.mapped = t_json_num(buf, "mapped_bytes.current");
+  s.held = t_json_num(buf, "held_bytes.current");
+  s.handles = t_json_num(buf, "handles_live.current");
+  s.reserved_va = t_json_num(buf, "reserved_address_bytes.current");
+  s.segments = t_json_num(buf, "segment.all.current");
+  s.allocation = t_json_num(buf, "allocation.all.current");
+  s.pending = t_json_num(buf, "pending_frees.current");
   return s;
 }
 

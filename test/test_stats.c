@@ -1078,14 +1078,6 @@ static struct {
   int expandable;
 } MM;
 
-static uint64_t g_rng;
-static uint64_t rnd64(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static uint64_t below(uint64_t n) { return rnd64() % n; }
 
 static size_t m_round(size_t size) {
   if (size == 0) size = 1;
@@ -1096,13 +1088,13 @@ static size_t m_round(size_t size) {
 /* Sizes over both pools: tiny, small, around the 1 MiB class boundary,
  * a few MiB, up to 64 MiB. */
 static size_t rnd_size(void) {
-  uint64_t k = below(100);
-  if (k < 5) return (size_t)below(2); /* 0 and 1 */
-  if (k < 30) return (size_t)below(4097);
-  if (k < 50) return 1 + (size_t)below(MiB);
-  if (k < 65) return MiB - 4 * KiB + (size_t)below(8 * KiB + 1); /* both sides of the boundary */
-  if (k < 90) return MiB + (size_t)below(15 * MiB);
-  return 16 * MiB + (size_t)below(48 * MiB + 1);
+  uint64_t k = t_below(100);
+  if (k < 5) return (size_t)t_below(2); /* 0 and 1 */
+  if (k < 30) return (size_t)t_below(4097);
+  if (k < 50) return 1 + (size_t)t_below(MiB);
+  if (k < 65) return MiB - 4 * KiB + (size_t)t_below(8 * KiB + 1); /* both sides of the boundary */
+  if (k < 90) return MiB + (size_t)t_below(15 * MiB);
+  return 16 * MiB + (size_t)t_below(48 * MiB + 1);
 }
 
 static void m_process(void) {
@@ -1262,13 +1254,13 @@ static int run_model(int expandable, uint64_t seed) {
   MM.expandable = expandable;
   MM.limit = t_stat(0, "limit");
   MM.page = t_stat(0, "granularity");
-  g_rng = seed;
+  t_rng = seed;
   g_nhist = 0;
   const char *mode = expandable ? "expandable" : "binned";
   int bad = 0, step;
   int nops = (int)t_scale(MODEL_OPS);
   for (step = 0; step < nops && !bad; step++) {
-    uint64_t k = below(100);
+    uint64_t k = t_below(100);
     int fresh = -1; /* the block this step allocated */
     if (k < 44) {
       /* malloc */
@@ -1276,7 +1268,7 @@ static int run_model(int expandable, uint64_t seed) {
         k = 50; /* full: free instead */
       } else {
         size_t n = rnd_size();
-        int st = (int)below(NALLOC_STR);
+        int st = (int)t_below(NALLOC_STR);
         size_t r = m_round(n);
         void *p = xseg_malloc(n, 0, g_str[st]);
         HIST("malloc(%zu, stream %d) = %p", n, st, p);
@@ -1310,7 +1302,7 @@ static int run_model(int expandable, uint64_t seed) {
       for (int i = 0; i < MM.n; i++)
         if (!MM.b[i].pending) idx[nl++] = i;
       if (nl) {
-        mblock_t *b = &MM.b[idx[below((uint64_t)nl)]];
+        mblock_t *b = &MM.b[idx[t_below((uint64_t)nl)]];
         int rc = xseg_free(b->p);
         HIST("free(%p) = %d (%d streams recorded)", b->p, rc, b->nuses);
         XT_CHECK_EQ(rc, 0);
@@ -1340,8 +1332,8 @@ static int run_model(int expandable, uint64_t seed) {
       for (int i = 0; i < MM.n; i++)
         if (!MM.b[i].pending) idx[nl++] = i;
       if (nl) {
-        mblock_t *b = &MM.b[idx[below((uint64_t)nl)]];
-        int st = below(3) ? 3 : (int)below(NSTR);
+        mblock_t *b = &MM.b[idx[t_below((uint64_t)nl)]];
+        int st = t_below(3) ? 3 : (int)t_below(NSTR);
         int rc = xseg_record_stream(b->p, g_str[st]);
         HIST("record_stream(%p, stream %d) = %d", b->p, st, rc);
         XT_CHECK_EQ(rc, 0);
@@ -1363,21 +1355,21 @@ static int run_model(int expandable, uint64_t seed) {
       MM.held = 0;
       HIST("release");
     } else if (k >= 92 && k < 94) {
-      int rc = xseg_empty_cache(below(2) ? 0 : -1);
+      int rc = xseg_empty_cache(t_below(2) ? 0 : -1);
       HIST("empty_cache = %d", rc);
       XT_CHECK_EQ(rc, 0);
       m_process();
       MM.n_empty++;
     } else if (k >= 94 && k < 97) {
-      int rc = xseg_reset_peak_stats(below(2) ? 0 : -1);
+      int rc = xseg_reset_peak_stats(t_below(2) ? 0 : -1);
       HIST("reset_peak_stats = %d", rc);
       XT_CHECK_EQ(rc, 0);
       m_reset_peaks();
       MM.n_resets++;
     } else if (k >= 97) {
       /* out of memory: beyond the device, or past SIZE_MAX */
-      size_t n = below(2) ? 8 * GiB + (size_t)below(GiB) : SIZE_MAX - (size_t)below(1024);
-      void *p = xseg_malloc(n, 0, g_str[below(NALLOC_STR)]);
+      size_t n = t_below(2) ? 8 * GiB + (size_t)t_below(GiB) : SIZE_MAX - (size_t)t_below(1024);
+      void *p = xseg_malloc(n, 0, g_str[t_below(NALLOC_STR)]);
       HIST("malloc(%zu) = %p (must fail)", n, p);
       XT_CHECK(p == NULL);
       XT_CHECK_EQ(xseg_last_error_code(), XSEG_ENOMEM);

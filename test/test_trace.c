@@ -171,31 +171,23 @@ static void log_event(char kind, unsigned long long id, unsigned long long bytes
   T.log[T.n++] = (done_t){kind, id, bytes, stream};
 }
 
-static uint64_t g_rng;
-static uint64_t rnd64(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static uint64_t below(uint64_t n) { return rnd64() % n; }
 
 static size_t rnd_size(void) {
-  uint64_t k = below(10);
-  if (k < 1) return (size_t)below(2);
-  if (k < 5) return (size_t)below(8192);
-  if (k < 8) return (size_t)below(2 * MiB);
-  return 2 * MiB + (size_t)below(30 * MiB);
+  uint64_t k = t_below(10);
+  if (k < 1) return (size_t)t_below(2);
+  if (k < 5) return (size_t)t_below(8192);
+  if (k < 8) return (size_t)t_below(2 * MiB);
+  return 2 * MiB + (size_t)t_below(30 * MiB);
 }
 
 /* Run NOPS random operations, logging what the trace must say. */
 static void run_sequence(uint64_t seed) {
-  g_rng = seed;
+  t_rng = seed;
   int nops = (int)t_scale(NOPS);
   for (int op = 0; op < nops; op++) {
-    uint64_t k = below(100);
+    uint64_t k = t_below(100);
     if (k < 50 && T.nlive < MAXLIVE) {
-      int st = (int)below(NSTR);
+      int st = (int)t_below(NSTR);
       size_t n = rnd_size();
       void *p = xseg_malloc(n, 0, g_str[st]);
       XT_CHECK_MSG(p != NULL, "malloc(%zu): %s", n, xseg_last_error());
@@ -208,8 +200,8 @@ static void run_sequence(uint64_t seed) {
       T.nlive++;
       log_event('a', id, n, T.number[st]);
     } else if (k < 90 && T.nlive > 0) {
-      int i = (int)below((uint64_t)T.nlive);
-      if (below(4) == 0) {
+      int i = (int)t_below((uint64_t)T.nlive);
+      if (t_below(4) == 0) {
         /* A cross-stream use: the free is recorded now, even though the
          * block stays pending until the held stream completes. */
         XT_CHECK_EQ(xseg_record_stream(T.live[i].p, HELD), 0);
@@ -219,7 +211,7 @@ static void run_sequence(uint64_t seed) {
       T.live[i] = T.live[--T.nlive];
     } else if (k < 93) {
       /* Failed allocations are not recorded. */
-      XT_CHECK(xseg_malloc(64 * GiB, 0, g_str[below(NSTR)]) == NULL);
+      XT_CHECK(xseg_malloc(64 * GiB, 0, g_str[t_below(NSTR)]) == NULL);
     } else if (k < 95) {
       xs_host_stream_complete(t_backend(), HELD);
     } else if (k < 97) {

@@ -36,27 +36,11 @@ typedef struct snap_s {
   long long v[NSNAP];
 } snap_t;
 
-/* One JSON number at a dotted path (the same walk as t_stat, on a buffer). */
-static long long json_num(const char *buf, const char *path) {
-  const char *p = buf, *s = path;
-  char key[128];
-  while (*s) {
-    const char *dot = strchr(s, '.');
-    size_t n = dot ? (size_t)(dot - s) : strlen(s);
-    snprintf(key, sizeof key, "\"%.*s\":", (int)n, s);
-    p = strstr(p, key);
-    if (!p) return LLONG_MIN;
-    p += strlen(key);
-    s += n + (dot ? 1 : 0);
-  }
-  return strtoll(p, NULL, 10);
-}
-
 static snap_t snap(void) {
   static char buf[1 << 16];
   snap_t s;
   size_t n = xseg_stats_json(0, buf, sizeof buf);
-  for (size_t i = 0; i < NSNAP; i++) s.v[i] = n > 0 && n < sizeof buf ? json_num(buf, snap_keys[i]) : LLONG_MIN;
+  for (size_t i = 0; i < NSNAP; i++) s.v[i] = n > 0 && n < sizeof buf ? t_json_num(buf, snap_keys[i]) : LLONG_MIN;
   return s;
 }
 

@@ -6,6 +6,8 @@
 #define XSEG_TEST_TESTUTIL_H
 
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,23 +83,41 @@ static inline int t_verify(const void *p, size_t n, uint64_t tag) {
 /* A JSON number at a dotted path of xseg_stats_json's output, e.g.
  * "allocated_bytes.all.current".  Good enough for our own flat output;
  * test_stats parses the JSON properly. */
+static inline long long t_json_num(const char *buf, const char *path);
 static inline long long t_stat(int dev, const char *path) {
   static char buf[1 << 16];
   if (xseg_stats_json(dev, buf, sizeof buf) >= sizeof buf) return -1;
-  const char *p = buf;
+  long long v = t_json_num(buf, path);
+  return v == LLONG_MIN ? -1 : v;
+}
+
+/* The number after a dotted path's keys in JSON text, found key by key
+ * with strstr; LLONG_MIN if a key is missing. */
+static inline long long t_json_num(const char *buf, const char *path) {
+  const char *p = buf, *s = path;
   char key[128];
-  const char *s = path;
   while (*s) {
     const char *dot = strchr(s, '.');
     size_t n = dot ? (size_t)(dot - s) : strlen(s);
     snprintf(key, sizeof key, "\"%.*s\":", (int)n, s);
     p = strstr(p, key);
-    if (!p) return -1;
+    if (!p) return LLONG_MIN;
     p += strlen(key);
     s += n + (dot ? 1 : 0);
   }
   return strtoll(p, NULL, 10);
 }
+
+/* A seeded generator (splitmix64) for the randomized tests: set t_rng to
+ * the seed, then draw. */
+static uint64_t t_rng;
+static inline uint64_t t_rnd64(void) {
+  uint64_t z = (t_rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static inline uint64_t t_below(uint64_t n) { return t_rnd64() % n; }
 
 /* Run fn(arg) in a child process, so that a crash (an allocator assert, a
  * write to a page it left unmapped) fails only that case, with its name,
