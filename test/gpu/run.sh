@@ -9,6 +9,9 @@
 #   frag   min-budget overhead on every shipped trace: xseg, xseg binned,
 #          cuMemAlloc (cudaMalloc) and cuMemAllocAsync (cudaMallocAsync)
 #   torch  PyTorch training and inference under native, expandable and xseg
+#   record PyTorch allocation traces (xseg's trace_file) of torch_train.py:
+#          RECORD lists name:mode:steps[:layers:width:heads:vocab] entries,
+#          each written to $OUT/NAME.trace.gz for the host replay benchmark
 #   quick  smaller benchmark runs
 # With no argument: tests and bench.  FRAG_TRACES (names, space-separated)
 # limits frag to those traces: all six with all four allocators do not fit
@@ -67,6 +70,27 @@ if want torch; then
   python3 test/gpu/torch_compare.py --out "$OUT/torch" "${TORCH_ARGS[@]}" 2>&1 | tee "$OUT/torch.txt" || rc=1
   grep -h "xseg per steady step" "$OUT"/torch/*.stderr 2>/dev/null
   tar -C "$OUT" -czf "$OUT/torch.tgz" torch && rm -rf "$OUT/torch"  # the tool returns at most 8 files
+fi
+
+if want record; then
+  log "record PyTorch traces"
+  export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+  for spec in ${RECORD:-torch_gpt2_train:train:40 torch_gpt2_infer:infer:8}; do
+    IFS=: read -r name mode steps layers width heads vocab <<<"$spec"
+    margs=(--mode "$mode" --steps "$steps")
+    [[ -n "${layers:-}" ]] && margs+=(--layers "$layers" --width "$width" --heads "$heads" --vocab "$vocab")
+    rm -f "/tmp/$name.trace"
+    python3 test/gpu/torch_train.py --allocator xseg --xseg-conf "trace_file:/tmp/$name.trace" "${margs[@]}" \
+      >"/tmp/$name.json" 2>"/tmp/$name.err" || { tail -20 "/tmp/$name.err"; rc=1; continue; }
+    printf '%s: %s events, ' "$name" "$(grep -vc '^#' "/tmp/$name.trace")"
+    python3 -c 'import json,sys
+def walk(d, pre=""):
+    for k, v in d.items():
+        if isinstance(v, dict): walk(v, pre + k + ".")
+        elif "peak" in k and v is not None: print("  %s%s = %.1f MiB" % (pre, k, v / 2**20 if "bytes" in k else v))
+walk(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]))' "/tmp/$name.json"
+    gzip -c "/tmp/$name.trace" >"$OUT/$name.trace.gz"
+  done
 fi
 
 tar -C "$OUT" -czf "$OUT/logs.tgz" cmake.log ctest-host.txt 2>/dev/null && rm -f "$OUT/cmake.log" "$OUT/ctest-host.txt"

@@ -4,7 +4,8 @@
     python3 torch_train.py --allocator native|expandable|xseg [--mode train|infer] [--steps N]
 
 The model is transformers' GPT2LMHeadModel with random weights (6 layers,
-512 wide, 8 heads, vocabulary 8192, 1024 positions).  Everything is seeded
+512 wide, 8 heads, vocabulary 8192, 1024 positions; --layers, --width,
+--heads and --vocab change it).  Everything is seeded
 and torch.use_deterministic_algorithms(True) is on, so two runs that differ
 only in the allocator must produce bit-identical losses (train) or
 generated tokens (infer).  Batch size and sequence length change every step
@@ -107,6 +108,10 @@ def parse_args():
     p.add_argument("--xseg-conf", default=None,
                    help="XSEG_ALLOC_CONF string for xseg.torch.enable() (default: the environment)")
     p.add_argument("--poll-ms", type=float, default=1.0, help="memory polling interval")
+    p.add_argument("--layers", type=int, default=6, help="transformer layers (default 6)")
+    p.add_argument("--width", type=int, default=512, help="hidden size (default 512)")
+    p.add_argument("--heads", type=int, default=8, help="attention heads (default 8)")
+    p.add_argument("--vocab", type=int, default=8192, help="vocabulary size (default 8192; GPT-2's is 50257)")
     p.add_argument("--summary", action="store_true", help="print xseg's summary to stderr at the end")
     p.add_argument("--batches", default=None,
                    help="comma-separated batch sizes to draw from (default: 4,8,16 train; 1,4,8,16 infer)")
@@ -120,6 +125,8 @@ def parse_args():
     args = p.parse_args()
     if args.steps < 1:
         p.error("--steps must be >= 1")
+    if args.layers < 1 or args.heads < 1 or args.vocab < 2 or args.width < 1 or args.width % args.heads:
+        p.error("--layers, --heads >= 1, --vocab >= 2, and --width a positive multiple of --heads")
     try:
         args.batches = [int(x) for x in args.batches.split(",")] if args.batches else None
         args.lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
@@ -238,13 +245,13 @@ def build_model(args, transformers):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
-        vocab_size=8192,
+        vocab_size=args.vocab,
         n_positions=1024,
-        n_embd=512,
-        n_layer=6,
-        n_head=8,
-        bos_token_id=8191,
-        eos_token_id=8191,
+        n_embd=args.width,
+        n_layer=args.layers,
+        n_head=args.heads,
+        bos_token_id=args.vocab - 1,
+        eos_token_id=args.vocab - 1,
         attn_implementation=args.attn,
     )
     torch.manual_seed(args.seed)
