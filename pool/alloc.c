@@ -251,7 +251,7 @@ int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
  * (xs_exp_place); binned segments have no pages to keep free: the low end. */
 static uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
   if (d->mode != XS_MODE_EXPANDABLE || f->size == size) return f->addr;
-  return xs_exp_place(d->phys.gran, f->addr, xs_block_end(f), size, 1);
+  return xs_exp_place(d->phys.gran, f->addr, xs_block_end(f), size, 1, xs_exp_packing(d, f->seg->pool->cls));
 }
 
 /* ---- malloc -------------------------------------------------------------------------------- */

@@ -366,17 +366,33 @@ static xs_block_t *span_block(const span_t *sp, size_t size) {
  * in, but one that is free as soon as the neighbour is).  On the shipped
  * traces this cut grow_then_split's min-budget overhead from 1.032 to
  * 1.025, logrand's from 1.012 to 1.010 and rmm_uniform's from 1.011 to
- * 1.008 (docs/benchmarks.md, "History"). */
-static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x, size_t size) {
+ * 1.008 (docs/benchmarks.md, "History").
+ *
+ * While the pool packs (xs_exp_packing) the neighbours are taken to live
+ * to the end: a shared page then costs nothing more, a page of its own a
+ * whole one, and ties go to the low end, so blocks lie back to back.  A
+ * model's weights, whose sizes are often multiples of a quarter or an
+ * eighth of a page, then fill their pages exactly; the rule above left a
+ * gap at every tie and a recorded GPT-2 inference at 1.010 (1.002 packed). */
+static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x, size_t size, int pack) {
   const uintptr_t m = page - 1;
   uintptr_t q0 = x & ~m, q1 = (x + size - 1) & ~m;
   /* A page before f0 or after f1 holds the neighbour's data. */
   unsigned n0 = (q0 < f0) + (q0 + m >= f1), n1 = (q1 < f0) + (q1 + m >= f1);
+  if (pack) { /* 4 >> 3: a shared page is free */
+    n0 = n0 ? 3 : 0;
+    n1 = n1 ? 3 : 0;
+  }
   if (q0 == q1) return 4u >> n0;
   return (unsigned)((q1 - q0) / page - 1) * 4 + (4u >> n0) + (4u >> n1);
 }
 
-uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both) {
+int xs_exp_packing(const xs_device_t *d, int cls) {
+  const xs_stat_t *s = &d->stats.allocated_bytes[cls == XS_LARGE ? XS_STAT_LARGE : XS_STAT_SMALL];
+  return s->freed * XS_PACK_DIV < s->allocated;
+}
+
+uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack) {
   const uintptr_t m = page - 1;
   /* No neighbour's page to share (both ends aligned), or one page for
    * everything: the low end is as good as any. */
@@ -384,11 +400,11 @@ uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int
   /* The ends, and the starts that keep each end off the neighbour's page. */
   const uintptr_t cand[5] = {f0, (f0 + m) & ~m, (f1 - size) & ~m, (f1 & ~m) - size, f1 - size};
   uintptr_t best = f0;
-  unsigned best_cost = place_cost(page, f0, f1, f0, size);
+  unsigned best_cost = place_cost(page, f0, f1, f0, size, pack);
   for (int i = 1; i < (both ? 5 : 2); i++) {
     uintptr_t x = cand[i];
     if (x < f0 || x > f1 - size) continue; /* also (f1 & ~m) - size wrapped below zero */
-    unsigned c = place_cost(page, f0, f1, x, size);
+    unsigned c = place_cost(page, f0, f1, x, size, pack);
     if (c < best_cost) {
       best_cost = c;
       best = x;
@@ -420,15 +436,18 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
   }
   /* A new run starts at its low end (pages at the lowest address); whether
    * at the run's first byte or the next page boundary, xs_exp_place says. */
-  if (sp.addr == sp.lo) sp.addr = xs_exp_place(page, sp.lo, sp.hi, size, 0);
+  int pack = xs_exp_packing(d, p->cls);
+  if (sp.addr == sp.lo) sp.addr = xs_exp_place(page, sp.lo, sp.hi, size, 0, pack);
   /* While memory is plentiful, growth maps one handle per request: the
    * page holding the request's end goes into the request's handle and the
    * request takes that whole page, if the rest of it is at most
    * 1/XS_FOLD_DIV of the request (reported as rounding waste).  Under
    * pressure memory counts more than a driver call: the tail page gets a
-   * page-sized handle that later blocks can share. */
+   * page-sized handle that later blocks can share.  So it does while the
+   * pool packs: what is allocated then is likely to live to the end, and
+   * the next block would fill the rest. */
   size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
-  int fold = p->cls == XS_LARGE && headroom >= size + d->phys.limit / XS_PLENTIFUL;
+  int fold = p->cls == XS_LARGE && !pack && headroom >= size + d->phys.limit / XS_PLENTIFUL;
   int folded;
   int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;

@@ -51,11 +51,18 @@
  * pin a large handle the GPU is still using rather than wait for it. */
 #define XS_PLENTIFUL 8
 /* A growth while memory is plentiful takes the rest of its last page into
- * its one handle when that rest is at most 1/XS_FOLD_DIV of the request.
- * An eighth left the mixed_streams trace at 1.014 (long-lived blocks made
- * early keep their tails); a sixteenth gives 1.0015 and keeps growth at one
- * handle for the sizes the growth benchmark measures (docs/design.md). */
-#define XS_FOLD_DIV 16
+ * its one handle when that rest is at most 1/XS_FOLD_DIV of the request,
+ * except while the pool packs (XS_PACK_DIV).  The folded rest stays with
+ * the block for its life: a sixteenth left a recorded GPT-2 inference at
+ * 1.022 times its peak, a sixty-fourth bounds that waste to 1.6 %
+ * (docs/design.md, "Handle sizing"). */
+#define XS_FOLD_DIV 64
+/* A pool packs its blocks (shares a neighbour's page whenever that needs no
+ * more new pages) while less than 1/XS_PACK_DIV of the bytes it has handed
+ * out have come back: what a program allocates before it frees anything is
+ * mostly state that lives to the end, such as a model's weights
+ * (docs/design.md, "Placement"). */
+#define XS_PACK_DIV 16
 
 enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
 enum { XS_MODE_EXPANDABLE = 0, XS_MODE_BINNED = 1 };
@@ -337,8 +344,11 @@ int xs_exp_tight(const xs_device_t *d);
 /* Where to place `size` bytes in the free range [f0, f1), whose ends, where
  * not page-aligned, share their pages with live data: the start with the
  * least expected stranded memory (docs/design.md, "Placement").  Looks at
- * both ends of the range, or (both 0) only its low end. */
-uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both);
+ * both ends of the range, or (both 0) only its low end.  pack: the
+ * neighbours are taken to live to the end (xs_exp_packing). */
+uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack);
+/* Does pool class cls pack (XS_PACK_DIV)? */
+int xs_exp_packing(const xs_device_t *d, int cls);
 /* Re-make chunk c (wholly inside free block f) so that a block placed at
  * [a, b) covers its chunks wholly: at most five new handles.  Waits for
  * the GPU to be done with c if it is not.  *changed says whether the

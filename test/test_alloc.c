@@ -273,23 +273,52 @@ static void fails_only_at_limit(const char *extra) {
 XT_TEST(fails_only_at_physical_limit_small_pages) { fails_only_at_limit("page_size_mb:2"); }
 
 /* Placement (docs/design.md, "Placement"): a block shares a live
- * neighbour's page only when that saves a page. */
+ * neighbour's page only when that saves a page, except while the pool
+ * packs (nothing much freed yet): then whenever that needs no more pages. */
 XT_TEST(placement_shares_pages_only_when_it_saves_one) {
   const size_t P = 2 * MiB;
   const uintptr_t base = (uintptr_t)64 << 30;
   /* After a live neighbour that ends 1.5 MiB into a page. */
-  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 3 * MiB, 1), base + P);
-  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 5 * MiB / 2, 1), base + 3 * MiB / 2);
+  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 3 * MiB, 1, 0), base + P);
+  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 5 * MiB / 2, 1, 0), base + 3 * MiB / 2);
   /* Before a live neighbour that starts 1 MiB into a page: the high end. */
-  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 1), base + 6 * MiB);
-  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 0), base); /* low end only */
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 1, 0), base + 6 * MiB);
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 0, 0), base); /* low end only */
   /* No neighbour's page in reach: the low end. */
-  XT_CHECK_EQ(xs_exp_place(P, base, base + 10 * MiB, 3 * MiB, 1), base);
-  XT_CHECK_EQ(xs_exp_place(P, base + MiB, base + 3 * MiB / 2, 512 * KiB, 1), base + MiB);
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 10 * MiB, 3 * MiB, 1, 0), base);
+  XT_CHECK_EQ(xs_exp_place(P, base + MiB, base + 3 * MiB / 2, 512 * KiB, 1, 0), base + MiB);
+  /* Packing: a tie in pages goes to the neighbour's page; a page saved
+   * still decides. */
+  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 3 * MiB, 1, 1), base + 3 * MiB / 2);
+  XT_CHECK_EQ(xs_exp_place(P, base + 3 * MiB / 2, base + 100 * MiB, 4 * MiB, 0, 1), base + 3 * MiB / 2);
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 9 * MiB, 3 * MiB, 1, 1), base + 6 * MiB);
+  XT_CHECK_EQ(xs_exp_place(P, base, base + 10 * MiB, 3 * MiB, 1, 1), base);
 
-  /* The same through growth, on a fresh segment. */
+  /* Through growth: a fresh pool packs, and does not fold a tail page. */
   {
     XT_REQUIRE(t_init("host_capacity_mb:256") == 0);
+    char *a = xseg_malloc(3 * MiB / 2, 0, NULL);
+    char *b = xseg_malloc(3 * MiB, 0, NULL);
+    char *c = xseg_malloc(65 * MiB, 0, NULL); /* its last page's rest, 1 MiB, would fold */
+    char *e = xseg_malloc(3 * MiB / 2, 0, NULL);
+    XT_REQUIRE(a && b && c && e);
+    XT_CHECK_MSG(b == a + 3 * MiB / 2, "b at a%+td, expected right after a", b - a);
+    XT_CHECK_MSG(c == b + 3 * MiB, "c at b%+td, expected right after b", c - b);
+    XT_CHECK_MSG(e == c + 65 * MiB, "e at c%+td, expected right after c (no folded tail)", e - c);
+    XT_CHECK_EQ(t_stat(0, "rounding_waste_bytes"), 0);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_free(b), 0);
+    XT_CHECK_EQ(xseg_free(c), 0);
+    XT_CHECK_EQ(xseg_free(e), 0);
+    T_CHECK_HEAP();
+    XT_CHECK_EQ(xseg_shutdown(), 0);
+  }
+  /* After frees: the expected-cost rule. */
+  {
+    XT_REQUIRE(t_init("host_capacity_mb:256") == 0);
+    void *x = xseg_malloc(64 * MiB, 0, NULL);
+    XT_REQUIRE(x);
+    XT_CHECK_EQ(xseg_free(x), 0);
     char *a = xseg_malloc(3 * MiB / 2, 0, NULL);
     char *b = xseg_malloc(3 * MiB, 0, NULL);
     char *c = xseg_malloc(5 * MiB / 2, 0, NULL);
