@@ -61,7 +61,7 @@ def overhead(results, out):
     ax.axhline(1.02, color="black", linestyle="--", linewidth=0.8)
     ax.text(len(traces) - 0.5, 1.021, "1.02 goal", ha="right", va="bottom", fontsize=8)
     ax.set_xticks(range(len(traces)))
-    ax.set_xticklabels(traces)
+    ax.set_xticklabels(traces, rotation=20, ha="right", fontsize=9)
     ax.set_ylabel("min-budget overhead (budget / peak live)")
     ax.set_ylim(1.0, max(1.1, min(1.8, max(v for _, d in series for v in d.values()) + 0.02)))
     ax.set_title("Smallest budget in which each trace replays, over its peak live bytes (lower is better)")
