@@ -198,8 +198,26 @@ void xs_process_events(xs_device_t *d) {
   if (d->trim_wanted || d->free_mapped > d->cfg->release_threshold) maybe_trim(d);
 }
 
+/* b, which pins chunk c, is being freed: the charge passes to another
+ * block still holding data in c, or the pin is over. */
+static void unpin(xs_device_t *d, xs_block_t *b) {
+  xs_chunk_t *c = b->pin;
+  b->pin = NULL;
+  for (int dir = 0; dir < 2; dir++) {
+    for (xs_block_t *x = dir ? b->next : b->prev; x && x->addr < c->addr + c->size && xs_block_end(x) > c->addr;
+         x = dir ? x->next : x->prev) {
+      if (!xs_block_is_free(x) && !x->pin) {
+        x->pin = c;
+        return;
+      }
+    }
+  }
+  d->pinned -= c->size;
+}
+
 int xs_free(xs_device_t *d, xs_block_t *b) {
   int cls = b->seg->pool->cls;
+  if (b->pin) unpin(d, b);
   xs_stat_add(d->stats.allocation, cls, -1);
   xs_stat_add(d->stats.allocated_bytes, cls, -(int64_t)b->size);
   xs_stat_add(d->stats.requested_bytes, cls, -(int64_t)b->requested);
@@ -288,10 +306,12 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
   uintptr_t addr;
   size_t take = rsize; /* what the block gets: rsize, or up to its last page's end */
   int may_grow = 1;    /* may take fresh memory rather than wait for the GPU */
+  xs_chunk_t *pin = NULL; /* the large chunk the block will pin */
   for (;;) {
     b = xs_pool_fit(d, p, rsize);
     addr = b ? xs_place(d, b, rsize) : 0;
     take = rsize;
+    pin = NULL;
     int grown = b == NULL;
     if (grown) {
       int rc = grow(d, p, rsize, &b, &addr, &take);
@@ -311,10 +331,15 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
     if (!c) break;
     if (!xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
       /* The GPU may still be using that handle, and unmapping it would
-       * mean waiting.  While memory is plentiful, pinning it costs less;
-       * under pressure take fresh memory if the device has some, else
-       * look again and wait. */
-      if (!xs_exp_tight(d)) break;
+       * mean waiting.  Carving the block over it anyway (a pin) costs
+       * nothing now, but the handle's free pages stay stuck for the
+       * block's life: so only while memory is plentiful and pins stay
+       * within their budget.  Otherwise take fresh memory if the device
+       * has some, else look again and wait (docs/design.md). */
+      if (!xs_exp_tight(d) && d->pinned + c->size <= d->phys.limit / XS_PIN_DIV) {
+        pin = c;
+        break;
+      }
       if (may_grow && !grown) {
         xs_block_t *nb;
         uintptr_t na;
@@ -348,6 +373,10 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
     xs_merge_insert(d, b);
     xs_error(XSEG_ENOMEM, "xseg: out of host memory for the pointer map");
     return NULL;
+  }
+  if (pin) {
+    b->pin = pin;
+    d->pinned += pin->size;
   }
   b->state = XS_BLOCK_LIVE;
   b->requested = size;

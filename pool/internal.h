@@ -50,6 +50,12 @@
  * then growth folds a request's last page into its handle, and a block may
  * pin a large handle the GPU is still using rather than wait for it. */
 #define XS_PLENTIFUL 8
+/* A block placed over part of a large free chunk the GPU may still be using
+ * pins it (its free pages stay stuck while data lives in it) rather than
+ * wait, while memory is plentiful and pinned chunks total at most
+ * 1/XS_PIN_DIV of the limit; otherwise it takes fresh memory or waits
+ * (docs/design.md, "Handle sizing"). */
+#define XS_PIN_DIV 128
 /* A growth while memory is plentiful takes the rest of its last page into
  * its one handle when that rest is at most 1/XS_FOLD_DIV of the request,
  * except while the pool packs (XS_PACK_DIV).  The folded rest stays with
@@ -126,6 +132,7 @@ struct xs_block_s {
   xs_rbnode_t node;       /* free-set node (free blocks only) */
   uint64_t free_seq;      /* stream free sequence of the latest free folded in */
   uint64_t trace_id;      /* live: id in the trace file */
+  xs_chunk_t *pin;        /* live: the large chunk it pins, charged to it (XS_PIN_DIV) */
   xseg_stream_t *uses;    /* live: other streams recorded with xseg_record_stream */
   uint32_t nuses, capuses;
   uint32_t events;        /* pending: events still to complete */
@@ -290,6 +297,7 @@ struct xs_device_s {
   size_t cache_bytes;
   size_t cache_count;
   size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
+  size_t pinned;               /* bytes of pinned large chunks (XS_PIN_DIV) */
   int trim_wanted;             /* a trim left blocks behind a fence: retry when it completes */
   size_t trim_floor;           /* free_mapped after the last trim: retry only above it */
   size_t large_page;           /* page_size_mb in bytes (0: adaptive) */

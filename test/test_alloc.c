@@ -334,6 +334,37 @@ XT_TEST(placement_shares_pages_only_when_it_saves_one) {
   }
 }
 
+/* A block placed over part of a large free handle the GPU may still be
+ * using pins that handle only within the pin budget (XS_PIN_DIV of the
+ * limit); beyond it the block takes fresh memory or waits and converts the
+ * handle, so its free pages stay reclaimable and a later request fails
+ * only at the physical limit. */
+XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
+  XT_REQUIRE(t_init("host_capacity_mb:64") == 0); /* budget: 0.5 MiB */
+  xs_backend_t *be = t_backend();
+  xs_host_stream_hold(be, NULL); /* the GPU is behind: nothing freed is safe */
+  void *p = xseg_malloc(20 * MiB, 0, NULL);
+  char *q = xseg_malloc(2 * MiB, 0, NULL); /* keeps p's handle from growing into free space */
+  XT_REQUIRE(p && q);
+  XT_CHECK_EQ(xseg_free(p), 0);
+  char *a = xseg_malloc(4 * MiB, 0, NULL); /* over part of p's 20 MiB handle */
+  XT_REQUIRE(a);
+  t_fill(a, 4 * MiB, 7);
+  t_fill(q, 2 * MiB, 8);
+  xs_host_stream_release(be, NULL);
+  /* 6 MiB live + 56 MiB = 31 of the 32 pages: fits only if no free page
+   * of the 20 MiB handle is stuck beside a. */
+  char *big = xseg_malloc(56 * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "56 MiB beside 6 MiB live on a 64 MiB device: %s", xseg_last_error());
+  XT_CHECK(t_verify(a, 4 * MiB, 7));
+  XT_CHECK(t_verify(q, 2 * MiB, 8));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(q), 0);
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 int main(void) {
   XT_RUN(integrity_expandable);
   XT_RUN(integrity_binned);
@@ -342,5 +373,6 @@ int main(void) {
   XT_RUN(remap_serves_large_request_from_holes);
   XT_RUN(fails_only_at_physical_limit_small_pages);
   XT_RUN(placement_shares_pages_only_when_it_saves_one);
+  XT_RUN(busy_handles_are_not_pinned_beyond_the_budget);
   return XT_DONE();
 }
