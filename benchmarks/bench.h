@@ -40,6 +40,9 @@ typedef struct replay_s {
   uint64_t held_peak; /* xseg's held_bytes.peak */
 } replay_t;
 
+/* --lag K (host backend): stream work completes only every K events. */
+extern int bench_lag;
+
 /* Replay through xseg under configuration `conf` (xseg_init). */
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running);
 

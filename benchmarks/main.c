@@ -211,8 +211,10 @@ static int cmd_frag(const opts_t *o, int argc, char **argv) {
     return 1;
   }
   int kinds = o->gpu ? AK__COUNT : 2;
-  printf("\n== fragmentation: min-budget overhead = smallest budget that replays / peak live bytes (%s)\n",
+  printf("\n== fragmentation: min-budget overhead = smallest budget that replays / peak live bytes (%s",
          o->gpu ? "GPU: the rest of device memory held by a filler" : "host backend: host_capacity_mb");
+  if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  printf(")\n");
   printf("%-18s %8s %9s", "trace", "events", "peak MiB");
   for (int k = 0; k < kinds; k++) printf(" %16s", ak_names[k]);
   printf(" %14s\n", "xseg ns/event");
@@ -374,10 +376,12 @@ static int cmd_timeline(const opts_t *o, int argc, char **argv) {
 static void usage(void) {
   fprintf(stderr,
           "usage: xseg-bench [--backend host|cuda] [--quick] [--json FILE] [--conf K:V,...] [--traces DIR] [--only A,...]\n"
+          "                  [--lag K]\n"
           "                  [all | micro | latency | scale | growth | threads | frag [TRACE...] | replay TRACE |\n"
           "                   timeline TRACE]\n"
           "  all (default): every section; micro: latency, scale, growth and threads\n"
-          "  --only: frag measures only these of xseg, xseg-binned, cudaMalloc, cudaMallocAsync\n");
+          "  --only: frag measures only these of xseg, xseg-binned, cudaMalloc, cudaMallocAsync\n"
+          "  --lag K: host backend: stream work completes only every K events, like a GPU running behind\n");
 }
 
 int main(int argc, char **argv) {
@@ -398,6 +402,12 @@ int main(int argc, char **argv) {
       o.json = argv[++i];
     } else if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
       o.extra = argv[++i];
+    } else if (!strcmp(argv[i], "--lag") && i + 1 < argc) {
+      bench_lag = atoi(argv[++i]);
+      if (bench_lag < 1) {
+        fprintf(stderr, "xseg-bench: --lag takes a number of events >= 1\n");
+        return 2;
+      }
     } else if (!strcmp(argv[i], "--traces") && i + 1 < argc) {
       o.traces = argv[++i];
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
