@@ -199,14 +199,15 @@ void xs_process_events(xs_device_t *d) {
 }
 
 /* b, which pins chunk c, is being freed: the charge passes to another
- * block still holding data in c, or the pin is over. */
+ * live block in c (not a pending one: it has been through xs_free), or the
+ * pin is over. */
 static void unpin(xs_device_t *d, xs_block_t *b) {
   xs_chunk_t *c = b->pin;
   b->pin = NULL;
   for (int dir = 0; dir < 2; dir++) {
     for (xs_block_t *x = dir ? b->next : b->prev; x && x->addr < c->addr + c->size && xs_block_end(x) > c->addr;
          x = dir ? x->next : x->prev) {
-      if (!xs_block_is_free(x) && !x->pin) {
+      if (x->state == XS_BLOCK_LIVE && !x->pin) {
         x->pin = c;
         return;
       }

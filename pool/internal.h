@@ -357,8 +357,8 @@ int xs_exp_tight(const xs_device_t *d);
 uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack);
 /* Does pool class cls pack (XS_PACK_DIV)? */
 int xs_exp_packing(const xs_device_t *d, int cls);
-/* Re-make chunk c (wholly inside free block f) so that a block placed at
- * [a, b) covers its chunks wholly: at most five new handles.  Waits for
+/* Re-make chunk c (wholly inside free block f) as page-sized chunks, so
+ * that a block placed at [a, b) covers its chunks wholly.  Waits for
  * the GPU to be done with c if it is not.  *changed says whether the
  * blocks changed (the chunk was unmapped), even when the conversion then
  * failed. */
