@@ -14,7 +14,7 @@
 #          each written to $OUT/NAME.trace.gz for the host replay benchmark
 #   quick  smaller benchmark runs
 # With no argument: tests and bench.  FRAG_TRACES (names, space-separated)
-# limits frag to those traces: all six with all four allocators do not fit
+# limits frag to those traces: all of them with all four allocators do not fit
 # in one 10-minute call.  FRAG_ONLY (xseg-bench --only) limits the allocators.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -87,7 +87,8 @@ if want record; then
 def walk(d, pre=""):
     for k, v in d.items():
         if isinstance(v, dict): walk(v, pre + k + ".")
-        elif "peak" in k and v is not None: print("  %s%s = %.1f MiB" % (pre, k, v / 2**20 if "bytes" in k else v))
+        elif "peak" in k and "bytes" in k and v is not None: print("  %s%s = %.1f MiB" % (pre, k, v / 2**20))
+        elif "peak" in k and v is not None: print("  %s%s = %s" % (pre, k, v))
 walk(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]))' "/tmp/$name.json"
     gzip -c "/tmp/$name.trace" >"$OUT/$name.trace.gz"
   done
