@@ -415,6 +415,10 @@ int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what) {
 /* ---- empty_cache ----------------------------------------------------------------------------- */
 
 int xs_empty_cache(xs_device_t *d) {
+  /* Emptied with nothing live, the device starts again: what is allocated
+   * next is packed as at first use (xs_exp_packing). */
+  if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0)
+    for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->stats.allocated_bytes[1 + k].allocated;
   if (d->npending) xs_process_events(d);
   if (d->stuck) xs_seg_unstick(d);
   if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_empty(d);

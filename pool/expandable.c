@@ -389,7 +389,8 @@ static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x,
 
 int xs_exp_packing(const xs_device_t *d, int cls) {
   const xs_stat_t *s = &d->stats.allocated_bytes[cls == XS_LARGE ? XS_STAT_LARGE : XS_STAT_SMALL];
-  return s->freed * XS_PACK_DIV < s->allocated;
+  const int64_t base = d->pack_base[cls]; /* freed == allocated == base then */
+  return (s->freed - base) * XS_PACK_DIV < s->allocated - base;
 }
 
 uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack) {

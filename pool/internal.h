@@ -67,7 +67,10 @@
  * more new pages) while less than 1/XS_PACK_DIV of the bytes it has handed
  * out have come back: what a program allocates before it frees anything is
  * mostly state that lives to the end, such as a model's weights
- * (docs/design.md, "Placement"). */
+ * (docs/design.md, "Placement").  The count starts again when the cache is
+ * emptied (xseg_empty_cache) with nothing live: that is a new start.  Not
+ * merely whenever nothing is live: random traces pass through that early
+ * on, and packing after it cost them (logrand 1.0105 -> 1.0131). */
 #define XS_PACK_DIV 16
 
 enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
@@ -298,6 +301,7 @@ struct xs_device_s {
   size_t cache_count;
   size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
   size_t pinned;               /* bytes of pinned large chunks (XS_PIN_DIV) */
+  int64_t pack_base[XS_NCLASS]; /* allocated_bytes[class].allocated at the last restart (XS_PACK_DIV) */
   int trim_wanted;             /* a trim left blocks behind a fence: retry when it completes */
   size_t trim_floor;           /* free_mapped after the last trim: retry only above it */
   size_t large_page;           /* page_size_mb in bytes (0: adaptive) */

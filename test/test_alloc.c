@@ -316,8 +316,9 @@ XT_TEST(placement_shares_pages_only_when_it_saves_one) {
   /* After frees: the expected-cost rule. */
   {
     XT_REQUIRE(t_init("host_capacity_mb:256") == 0);
+    void *keep = xseg_malloc(P, 0, NULL); /* something stays live */
     void *x = xseg_malloc(64 * MiB, 0, NULL);
-    XT_REQUIRE(x);
+    XT_REQUIRE(keep && x);
     XT_CHECK_EQ(xseg_free(x), 0);
     char *a = xseg_malloc(3 * MiB / 2, 0, NULL);
     char *b = xseg_malloc(3 * MiB, 0, NULL);
@@ -329,6 +330,22 @@ XT_TEST(placement_shares_pages_only_when_it_saves_one) {
     XT_CHECK_EQ(xseg_free(a), 0);
     XT_CHECK_EQ(xseg_free(b), 0);
     XT_CHECK_EQ(xseg_free(c), 0);
+    /* Nothing live is not yet a new start ... */
+    XT_CHECK_EQ(xseg_free(keep), 0);
+    a = xseg_malloc(3 * MiB / 2, 0, NULL);
+    b = xseg_malloc(3 * MiB, 0, NULL);
+    XT_REQUIRE(a && b);
+    XT_CHECK_MSG(b == a + P, "b at a%+td, expected the next page boundary", b - a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_free(b), 0);
+    /* ... emptying the cache then is: the pool packs as at first use. */
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+    a = xseg_malloc(3 * MiB / 2, 0, NULL);
+    b = xseg_malloc(3 * MiB, 0, NULL);
+    XT_REQUIRE(a && b);
+    XT_CHECK_MSG(b == a + 3 * MiB / 2, "b at a%+td, expected right after a (packing again)", b - a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_free(b), 0);
     T_CHECK_HEAP();
     XT_CHECK_EQ(xseg_shutdown(), 0);
   }
