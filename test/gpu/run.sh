@@ -9,6 +9,9 @@
 #   frag   min-budget overhead on every shipped trace: xseg, xseg binned,
 #          cuMemAlloc (cudaMalloc) and cuMemAllocAsync (cudaMallocAsync)
 #   torch  PyTorch training and inference under native, expandable and xseg
+#   replay min-budget overhead of every shipped trace replayed through PyTorch
+#          (torch_replay.py): native, expandable segments, xseg as pluggable
+#          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces)
 #   record PyTorch allocation traces (xseg's trace_file) of torch_train.py:
 #          RECORD lists name:mode:steps[:layers:width:heads:vocab] entries,
 #          each written to $OUT/NAME.trace.gz for the host replay benchmark
@@ -70,6 +73,19 @@ if want torch; then
   python3 test/gpu/torch_compare.py --out "$OUT/torch" "${TORCH_ARGS[@]}" 2>&1 | tee "$OUT/torch.txt" || rc=1
   grep -h "xseg per steady step" "$OUT"/torch/*.stderr 2>/dev/null
   tar -C "$OUT" -czf "$OUT/torch.tgz" torch && rm -rf "$OUT/torch"  # the tool returns at most 8 files
+fi
+
+if want replay; then
+  log "trace replay through PyTorch"
+  export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+  traces=()
+  for t in ${FRAG_TRACES:-}; do traces+=("benchmarks/traces/$t.trace"); done
+  [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
+  for alloc in ${REPLAY_ALLOCATORS:-xseg expandable native}; do
+    timeout "${REPLAY_TIMEOUT:-300}" python3 test/gpu/torch_replay.py --allocator "$alloc" \
+      --json "$OUT/replay-$alloc.json" "${traces[@]}" 2>"/tmp/replay-$alloc.err" | tee "$OUT/replay-$alloc.txt" || {
+      rc=1; echo "replay $alloc failed:"; grep -v "^xseg: out of memory" "/tmp/replay-$alloc.err" | tail -20; }
+  done
 fi
 
 if want record; then

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""torch_replay.py: min-budget overhead of allocation traces replayed through
+PyTorch, with PyTorch's own allocators or with xseg as a pluggable allocator.
+
+Each `a` event of a trace (benchmarks/traces/README.md) becomes
+torch.empty(bytes, dtype=torch.uint8, device="cuda") on the event's stream
+(stream 0 is the current stream, every other number a torch.cuda.Stream of
+its own) and each `f` drops that tensor.  A replay runs under a budget: the
+allocator may hold at most that many bytes of device memory, set through its
+own cap, so the figure counts the memory the allocator holds and not what the
+driver keeps beside it:
+
+  native      PyTorch's caching allocator     torch.cuda.set_per_process_memory_fraction
+  expandable  the same, expandable_segments   torch.cuda.set_per_process_memory_fraction
+  xseg        xseg_torch_alloc / _free        xseg_set_memory_fraction
+
+The smallest budget (to 1 MiB) in which the whole trace replays, divided by
+the trace's peak live bytes, is its min-budget overhead.  A replay fails when
+an allocation raises (PyTorch's OutOfMemoryError) or returns no memory.  The
+trace is then replayed once more in that budget and the peak memory the
+allocator held is read back (PyTorch: max_memory_reserved; xseg: held_bytes,
+mapped and cached handles); where it is above the budget the cap was not kept
+to the byte, and the overhead is computed from what was held (marked).
+
+The allocator is chosen once per process (PyTorch cannot swap it after CUDA
+is initialised), so one run measures one allocator:
+
+    python3 test/gpu/torch_replay.py --allocator xseg --json out.json T1.trace T2.trace
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+import time
+
+MIB = 1 << 20
+
+
+def parse_trace(path):
+    """Events as (op, id, size, stream) tuples and the peak live bytes."""
+    events, live, cur, peak = [], {}, 0, 0
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            tok = line.split()
+            if not tok or tok[0].startswith("#"):
+                continue
+            try:
+                if tok[0] == "a":
+                    ident, size = int(tok[1]), int(tok[2])
+                    stream = int(tok[3]) if len(tok) > 3 else 0
+                    if size <= 0 or ident in live:
+                        raise ValueError("bad size or id live twice")
+                    live[ident] = size
+                    cur += size
+                    peak = max(peak, cur)
+                    events.append((0, ident, size, stream))
+                elif tok[0] == "f":
+                    ident = int(tok[1])
+                    stream = int(tok[2]) if len(tok) > 2 else 0
+                    cur -= live.pop(ident)
+                    events.append((1, ident, 0, stream))
+                else:
+                    raise ValueError("unknown event %r" % tok[0])
+            except (ValueError, IndexError, KeyError) as e:
+                raise SystemExit("torch_replay.py: %s:%d: malformed event (%s): %s"
+                                 % (path, lineno, e, line.strip()))
+    return events, peak
+
+
+class Replayer:
+    def __init__(self, allocator):
+        self.allocator = allocator
+        if allocator == "expandable":
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        elif allocator == "native":
+            os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        self.lib = None
+        if allocator == "xseg":
+            import xseg
+            import xseg.torch
+            xseg.torch.enable()
+            self.lib = xseg.lib()
+            self.lib.xseg_set_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
+            self.lib.xseg_set_memory_fraction.restype = ctypes.c_int
+            self.xs = xseg.torch
+        import torch
+        self.torch = torch
+        torch.cuda.init()
+        self.total = torch.cuda.mem_get_info(0)[1]
+        self.streams = {0: torch.cuda.current_stream()}
+
+    def stream(self, n):
+        s = self.streams.get(n)
+        if s is None:
+            s = self.streams[n] = self.torch.cuda.Stream()
+        return s
+
+    def set_budget(self, nbytes):
+        frac = min(1.0, (nbytes + 0.5) / self.total)
+        if self.lib is not None:
+            rc = self.lib.xseg_set_memory_fraction(frac, 0)
+            if rc != 0:
+                raise SystemExit("xseg_set_memory_fraction(%g): error %d" % (frac, rc))
+        else:
+            self.torch.cuda.set_per_process_memory_fraction(frac, 0)
+
+    def empty(self):
+        self.torch.cuda.synchronize()
+        if self.lib is not None:
+            self.xs.empty_cache()
+        else:
+            self.torch.cuda.empty_cache()
+
+    def reset_peak(self):
+        if self.lib is not None:
+            self.xs.reset_peak_memory_stats(0)
+        else:
+            self.torch.cuda.reset_peak_memory_stats(0)
+
+    def peak_reserved(self):
+        if self.lib is not None:  # all physical handles held, mapped or cached
+            return self.xs.memory_stats_as_nested_dict(0)["held_bytes"]["peak"]
+        return self.torch.cuda.max_memory_reserved(0)
+
+    def replay(self, events, budget):
+        """True if every allocation succeeded under `budget` bytes."""
+        torch = self.torch
+        self.empty()
+        self.set_budget(budget)
+        self.reset_peak()
+        live = {}
+        ok = True
+        empty = torch.empty
+        u8 = torch.uint8
+        try:
+            for op, ident, size, sn in events:
+                if op:
+                    del live[ident]
+                    continue
+                # No local name may hold a tensor: it would outlive its
+                # free event and so raise the trace's peak.
+                try:
+                    if sn:
+                        with torch.cuda.stream(self.stream(sn)):
+                            live[ident] = empty(size, dtype=u8, device="cuda")
+                    else:
+                        live[ident] = empty(size, dtype=u8, device="cuda")
+                except (torch.cuda.OutOfMemoryError, RuntimeError):
+                    ok = False
+                    break
+                if live[ident].data_ptr() == 0:  # a pluggable allocator returned NULL
+                    ok = False
+                    break
+        finally:
+            live.clear()
+            self.empty()
+        return ok
+
+    def min_budget(self, events, peak, step=MIB):
+        """Smallest budget (a multiple of `step`) that replays: (budget, trials,
+        peak bytes the allocator held in a replay under that budget)."""
+        trials = 0
+        lo = (peak // step) * step            # below the peak nothing can succeed
+        hi = None
+        factor = 1.02
+        while hi is None:
+            b = -(-int(peak * factor) // step) * step
+            trials += 1
+            if self.replay(events, b):
+                hi = b
+            else:
+                lo = b
+                factor = 1 + (factor - 1) * 2
+                if factor > 4:
+                    return None, trials, None
+        while hi - lo > step:
+            mid = (lo + hi) // 2 // step * step
+            if mid <= lo:
+                break
+            trials += 1
+            if self.replay(events, mid):
+                hi = mid
+            else:
+                lo = mid
+        # Did the allocator keep to the cap?  Replay once more and look.
+        self.replay(events, hi)
+        return hi, trials + 1, self.peak_reserved()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--allocator", choices=("native", "expandable", "xseg"), required=True)
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("traces", nargs="+")
+    a = ap.parse_args()
+    r = Replayer(a.allocator)
+    props = r.torch.cuda.get_device_properties(0)
+    print("%s on %s (%d MiB), torch %s" % (a.allocator, props.name, r.total // MIB, r.torch.__version__))
+    print("%-22s %8s %10s %10s %8s %7s %s" % ("trace", "events", "peak MiB", "budget MiB", "overhead",
+                                            "trials", "seconds"))
+    results = []
+    for path in a.traces:
+        name = os.path.basename(path).rsplit(".", 1)[0]
+        events, peak = parse_trace(path)
+        t0 = time.time()
+        budget, trials, held = r.min_budget(events, peak)
+        dt = time.time() - t0
+        capped = budget is not None and held <= budget
+        # Where the cap was overrun, what the allocator held is the figure.
+        over = max(budget, held) / peak if budget else None
+        note = "" if capped or not budget else "  (cap overrun: held %d MiB; overhead from that)" % (held // MIB)
+        print("%-22s %8d %10.1f %10s %8s %7d %6.1f%s" % (
+            name, len(events), peak / MIB, "%d" % (budget // MIB) if budget else "-",
+            "%.4f" % over if over else "> 4", trials, dt, note), flush=True)
+        results.append({"trace": name, "events": len(events), "peak_live_bytes": peak,
+                        "min_budget_bytes": budget, "held_peak_bytes": held, "overhead": over,
+                        "trials": trials,
+                        "cap_enforced": capped, "seconds": round(dt, 2)})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"allocator": a.allocator, "gpu": props.name, "total_bytes": r.total,
+                       "torch": r.torch.__version__, "results": results}, f, indent=1)
+    return 0 if all(x["overhead"] for x in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
