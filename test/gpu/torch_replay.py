@@ -169,11 +169,11 @@ class Replayer:
             trials += 1
             if self.replay(events, b):
                 hi = b
+            elif factor >= 4:
+                return None, trials, None   # not even in 4x the peak
             else:
                 lo = b
-                factor = 1 + (factor - 1) * 2
-                if factor > 4:
-                    return None, trials, None
+                factor = min(4.0, 1 + (factor - 1) * 2)
         while hi - lo > step:
             mid = (lo + hi) // 2 // step * step
             if mid <= lo:

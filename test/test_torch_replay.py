@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The bisection and trace parsing of test/gpu/torch_replay.py, without torch.
+
+A stand-in replayer succeeds exactly when the budget is at least a chosen
+threshold, so min_budget must return the smallest multiple of the step at or
+above it, for thresholds at, just above and well above the peak, and give up
+past 4x.  parse_trace must compute the peak and reject malformed traces.
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
+import torch_replay  # noqa: E402  (imports no torch at module level)
+
+MIB = torch_replay.MIB
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL: " + msg)
+
+
+class Stub(torch_replay.Replayer):
+    def __init__(self, need, overrun=0):
+        self.need, self.overrun, self.last, self.calls = need, overrun, 0, 0
+
+    def replay(self, events, budget):
+        self.calls += 1
+        self.last = budget
+        return budget >= self.need
+
+    def peak_reserved(self):
+        return self.last + self.overrun
+
+
+def write(text):
+    fd, path = tempfile.mkstemp(suffix=".trace")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+path = write("# c\na 1 3000000\na 2 5000000 1\nf 1\na 3 1000\nf 2 1\nf 3\n")
+events, peak = torch_replay.parse_trace(path)
+os.unlink(path)
+check(peak == 8000000, "peak %d, expected 8000000" % peak)
+check(events[1] == (0, 2, 5000000, 1) and events[4] == (1, 2, 0, 1), "events %r" % events)
+
+for bad in ("a 1 0\n", "f 9\n", "a 1 5\na 1 5\n", "x 1\n", "a one 5\n"):
+    path = write(bad)
+    try:
+        torch_replay.parse_trace(path)
+        check(False, "malformed trace accepted: %r" % bad)
+    except SystemExit as e:
+        check("malformed" in str(e), "unclear message for %r: %s" % (bad, e))
+    finally:
+        os.unlink(path)
+
+peak = 1000 * MIB + 12345
+for need in (peak, peak + 1, 1013 * MIB, 1200 * MIB + 7, 3999 * MIB):
+    s = Stub(need)
+    budget, trials, held = s.min_budget([], peak)
+    want = -(-need // MIB) * MIB
+    check(budget == want, "need %d: budget %s, expected %d" % (need, budget, want))
+    check(held == budget, "held %s at budget %s" % (held, budget))
+    check(trials == s.calls, "trials %d, replays %d" % (trials, s.calls))
+    check(trials < 25, "need %d: %d trials" % (need, trials))
+
+s = Stub(5 * peak)
+budget, trials, held = s.min_budget([], peak)
+check(budget is None and held is None, "gave a budget past 4x: %s" % budget)
+
+s = Stub(1013 * MIB, overrun=3 * MIB)
+budget, trials, held = s.min_budget([], peak)
+check(budget == 1013 * MIB and held == 1016 * MIB, "overrun: budget %s held %s" % (budget, held))
+
+print("%s" % ("ok" if failures == 0 else "%d failures" % failures))
+sys.exit(1 if failures else 0)
