@@ -253,6 +253,9 @@ class TorchModuleWithoutTorchTest(unittest.TestCase):
             def set_reset_fn(self, addr):
                 self.addr["reset"] = addr
 
+            def set_memory_fraction_fn(self, addr):
+                self.addr["memory_fraction"] = addr
+
         xseg.init(HOST_CONF)
         native = FakeNative()
         installed = xt._install_hooks(native)
@@ -266,6 +269,38 @@ class TorchModuleWithoutTorchTest(unittest.TestCase):
         self.assertGreater(xseg.stats(0)["reserved_bytes"]["all"]["current"], 0)
         ctypes.CFUNCTYPE(None)(native.addr["reset"])()  # what torch.cuda.empty_cache() does
         self.assertEqual(xseg.stats(0)["reserved_bytes"]["all"]["current"], 0)
+        # What torch.cuda.set_per_process_memory_fraction(f, 0) does: the
+        # limit follows, and a request over it fails.
+        self.assertEqual(installed.get("memory_fraction"), "xseg_torch_set_memory_fraction")
+        total = xseg.stats(0)["total_memory"]
+        set_frac = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)(native.addr["memory_fraction"])
+        set_frac(0.25, 0)
+        self.assertEqual(xseg.stats(0)["limit"], total // 4 // (2 * MiB) * (2 * MiB))
+        with self.assertRaises(xseg.XsegError):
+            xseg.malloc(total // 4 + 2 * MiB)
+        p = xseg.malloc(total // 8)
+        xseg.free(p)
+        set_frac(1.0, 0)
+        self.assertEqual(xseg.stats(0)["limit"], total)
+
+    def test_shim_shares_the_allocator(self):
+        # libxseg_torch.so (built beside libxseg.so when a C++ compiler is
+        # there) must reach the libxseg already loaded, not a second copy.
+        import xseg.torch as xt
+
+        xseg.init(HOST_CONF)
+        shim = xt.shim_path()
+        if shim is None:
+            self.skipTest("no libxseg_torch.so beside %s" % xseg.library_path())
+        lib = ctypes.CDLL(shim)
+        lib.xseg_torch_alloc_raising.restype = ctypes.c_void_p
+        lib.xseg_torch_alloc_raising.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+        lib.xseg_torch_free_raising.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+        p = lib.xseg_torch_alloc_raising(3 * MiB, 0, None)
+        self.assertTrue(p)
+        self.assertEqual(xseg.stats(0)["allocation"]["all"]["current"], 1)
+        lib.xseg_torch_free_raising(p, 3 * MiB, 0, None)
+        self.assertEqual(xseg.stats(0)["allocation"]["all"]["current"], 0)
 
     def test_import_in_fresh_interpreter(self):
         code = (

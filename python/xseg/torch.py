@@ -11,9 +11,10 @@ has been initialised, which happens when CUDA is first used.
 torch.cuda.memory.CUDAPluggableAllocator forwards only malloc and free.
 Its C++ object has slots for a few more hooks, settable through the
 (private) pybind object that CUDAPluggableAllocator.allocator() returns;
-enable() fills two of them when this PyTorch has the setters:
-record_stream (Tensor.record_stream -> xseg_record_stream) and reset
-(torch.cuda.empty_cache -> xseg_empty_cache).  Statistics, summaries and
+enable() fills three of them when this PyTorch has the setters:
+record_stream (Tensor.record_stream -> xseg_record_stream), reset
+(torch.cuda.empty_cache -> xseg_empty_cache) and memory fraction
+(torch.cuda.set_per_process_memory_fraction -> xseg_set_memory_fraction).  Statistics, summaries and
 snapshots have no slot: torch.cuda.memory_stats() and friends raise, so use
 the functions of this module (or of the xseg package).  See docs/pytorch.md.
 
@@ -22,6 +23,7 @@ machine without PyTorch.
 """
 
 import ctypes
+import os
 import sys
 import threading
 
@@ -48,6 +50,12 @@ __all__ = [
 
 _ALLOC_FN = "xseg_torch_alloc"
 _FREE_FN = "xseg_torch_free"
+# libxseg_torch.so (python/native/xseg_torch.cc): the same entry points, but
+# a failed allocation throws, so PyTorch raises RuntimeError("CUDA out of
+# memory. xseg: ...") instead of handing out a tensor with no memory.
+_SHIM_NAMES = ("libxseg_torch.so", "libxseg_torch.so.0")
+_SHIM_ALLOC_FN = "xseg_torch_alloc_raising"
+_SHIM_FREE_FN = "xseg_torch_free_raising"
 
 _lock = threading.Lock()
 _enabled = False
@@ -108,7 +116,30 @@ def _install_hooks(native):
             _callbacks.append(cb)
             set_reset(ctypes.cast(cb, ctypes.c_void_p).value)
             installed["empty_cache"] = "xseg_empty_cache(-1) through a Python callback"
+
+    # memory fraction: torch.cuda.set_per_process_memory_fraction(f, device)
+    # calls void fn(double fraction, int device).
+    set_frac = getattr(native, "set_memory_fraction_fn", None)
+    if callable(set_frac):
+        addr = _fn_address(cdll, "xseg_torch_set_memory_fraction")
+        if addr:
+            set_frac(addr)
+            installed["memory_fraction"] = "xseg_torch_set_memory_fraction"
     return installed
+
+
+def shim_path():
+    """The libxseg_torch.so beside the loaded libxseg, or None.
+
+    Its allocation entry point raises on failure; it links to libxseg by
+    soname, which resolves to the copy already loaded, so both share one
+    allocator."""
+    d = os.path.dirname(os.path.realpath(_xseg.library_path()))
+    for name in _SHIM_NAMES:
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    return None
 
 
 def _import_torch(what):
@@ -178,7 +209,16 @@ def enable(conf=None, hooks=True):
             _xseg.config()  # initialises from XSEG_ALLOC_CONF; raises if it is invalid
 
         try:
-            alloc = memory.CUDAPluggableAllocator(path, _ALLOC_FN, _FREE_FN)
+            shim, shim_note = shim_path(), ""
+            if shim is not None:
+                try:
+                    ctypes.CDLL(shim)  # PyTorch's own load would only say "failed"
+                except OSError as e:
+                    shim, shim_note = None, "; %s does not load: %s" % (shim_path(), e)
+            if shim is not None:
+                alloc = memory.CUDAPluggableAllocator(shim, _SHIM_ALLOC_FN, _SHIM_FREE_FN)
+            else:
+                alloc = memory.CUDAPluggableAllocator(path, _ALLOC_FN, _FREE_FN)
             installed = {}
             if hooks:
                 try:
@@ -196,6 +236,12 @@ def enable(conf=None, hooks=True):
                 ) from None
             raise
         _allocator = alloc
+        installed["out_of_memory"] = (
+            "raises RuntimeError('CUDA out of memory. ...') (%s)" % shim
+            if shim is not None
+            else "a tensor without memory, diagnosis on stderr (no libxseg_torch.so beside %s%s)"
+            % (path, shim_note)
+        )
         _hooks = installed
         _enabled = True
 

@@ -8,7 +8,8 @@
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
 #   frag   min-budget overhead on every shipped trace: xseg, xseg binned,
 #          cuMemAlloc (cudaMalloc) and cuMemAllocAsync (cudaMallocAsync)
-#   torch  PyTorch training and inference under native, expandable and xseg
+#   torch  out of memory under xseg in PyTorch (torch_oom.py), then PyTorch
+#          training and inference under native, expandable and xseg
 #   replay min-budget overhead of every shipped trace replayed through PyTorch
 #          (torch_replay.py): native, expandable segments, xseg as pluggable
 #          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces)
@@ -70,6 +71,8 @@ if want torch; then
   log "PyTorch"
   export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
   mkdir -p "$OUT/torch"
+  python3 test/gpu/torch_oom.py 2>&1 | grep -v "^xseg: out of memory" | tee "$OUT/torch-oom.txt"
+  grep -q "^0 failures" "$OUT/torch-oom.txt" || rc=1
   python3 test/gpu/torch_compare.py --out "$OUT/torch" "${TORCH_ARGS[@]}" 2>&1 | tee "$OUT/torch.txt" || rc=1
   grep -h "xseg per steady step" "$OUT"/torch/*.stderr 2>/dev/null
   tar -C "$OUT" -czf "$OUT/torch.tgz" torch && rm -rf "$OUT/torch"  # the tool returns at most 8 files

@@ -12,7 +12,11 @@ driver keeps beside it:
 
   native      PyTorch's caching allocator     torch.cuda.set_per_process_memory_fraction
   expandable  the same, expandable_segments   torch.cuda.set_per_process_memory_fraction
-  xseg        xseg_torch_alloc / _free        xseg_set_memory_fraction
+  xseg        xseg_torch_alloc / _free        the same call, which reaches
+                                              xseg_set_memory_fraction through
+                                              the hook xseg.torch.enable() sets
+                                              (or that function directly, in a
+                                              PyTorch without the hook setter)
 
 The smallest budget (to 1 MiB) in which the whole trace replays, divided by
 the trace's peak live bytes, is its min-budget overhead.  A replay fails when
@@ -98,7 +102,7 @@ class Replayer:
 
     def set_budget(self, nbytes):
         frac = min(1.0, (nbytes + 0.5) / self.total)
-        if self.lib is not None:
+        if self.lib is not None and "memory_fraction" not in self.xs.hooks():
             rc = self.lib.xseg_set_memory_fraction(frac, 0)
             if rc != 0:
                 raise SystemExit("xseg_set_memory_fraction(%g): error %d" % (frac, rc))
@@ -197,6 +201,8 @@ def main():
     r = Replayer(a.allocator)
     props = r.torch.cuda.get_device_properties(0)
     print("%s on %s (%d MiB), torch %s" % (a.allocator, props.name, r.total // MIB, r.torch.__version__))
+    if r.lib is not None:
+        print("xseg hooks: %s" % r.xs.hooks())
     print("%-22s %8s %10s %10s %8s %7s %s" % ("trace", "events", "peak MiB", "budget MiB", "overhead",
                                             "trials", "seconds"))
     results = []
