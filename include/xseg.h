@@ -98,9 +98,10 @@ XSEG_API const char *xseg_last_error(void);
 
 /* PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md).  A size of
  * 0 returns NULL (PyTorch never frees a NULL data pointer); a negative size
- * returns NULL with an error.  PyTorch's pluggable wrapper cannot report a
- * failed allocation, so xseg_torch_alloc also prints its diagnosis to
- * stderr. */
+ * returns NULL with an error.  PyTorch's pluggable wrapper does not check
+ * for NULL, so xseg_torch_alloc also prints its diagnosis to stderr;
+ * libxseg_torch.so's xseg_torch_alloc_raising throws instead, which PyTorch
+ * raises as RuntimeError (docs/pytorch.md, "Out of memory"). */
 XSEG_API void *xseg_torch_alloc(ssize_t size, int device, xseg_stream_t stream);
 XSEG_API void xseg_torch_free(void *ptr, ssize_t size, int device, xseg_stream_t stream);
 /* Hooks with the signatures PyTorch's pluggable allocator calls
