@@ -80,6 +80,21 @@ def _fn_address(cdll, name):
     return ctypes.cast(fn, ctypes.c_void_p).value
 
 
+def _set_hook(native, setter, cdll, names):
+    """Hand native.<setter> the address of the first of `names` the library
+    exports; that name, or None (no such setter in this PyTorch, or none of
+    the functions in this library)."""
+    fn = getattr(native, setter, None)
+    if not callable(fn):
+        return None
+    for name in names:
+        addr = _fn_address(cdll, name)
+        if addr:
+            fn(addr)
+            return name
+    return None
+
+
 def _install_hooks(native):
     """Fill the pluggable allocator's optional slots that this PyTorch lets us set.
 
@@ -95,36 +110,25 @@ def _install_hooks(native):
     # if the library has one; otherwise xseg_record_stream itself, whose int
     # result the caller ignores (harmless in the x86-64 and AArch64 calling
     # conventions, where the result is only a register).
-    set_rs = getattr(native, "set_record_stream_fn", None)
-    if callable(set_rs):
-        for name in ("xseg_torch_record_stream", "xseg_record_stream"):
-            addr = _fn_address(cdll, name)
-            if addr:
-                set_rs(addr)
-                installed["record_stream"] = name
-                break
+    name = _set_hook(native, "set_record_stream_fn", cdll, ("xseg_torch_record_stream", "xseg_record_stream"))
+    if name:
+        installed["record_stream"] = name
 
     # reset: PyTorch calls void fn(void) from torch.cuda.empty_cache().
-    set_reset = getattr(native, "set_reset_fn", None)
-    if callable(set_reset):
-        addr = _fn_address(cdll, "xseg_torch_empty_cache")
-        if addr:
-            set_reset(addr)
-            installed["empty_cache"] = "xseg_torch_empty_cache"
-        else:
-            cb = ctypes.CFUNCTYPE(None)(_empty_cache_hook)
-            _callbacks.append(cb)
-            set_reset(ctypes.cast(cb, ctypes.c_void_p).value)
-            installed["empty_cache"] = "xseg_empty_cache(-1) through a Python callback"
+    name = _set_hook(native, "set_reset_fn", cdll, ("xseg_torch_empty_cache",))
+    if name:
+        installed["empty_cache"] = name
+    elif callable(getattr(native, "set_reset_fn", None)):
+        cb = ctypes.CFUNCTYPE(None)(_empty_cache_hook)
+        _callbacks.append(cb)
+        native.set_reset_fn(ctypes.cast(cb, ctypes.c_void_p).value)
+        installed["empty_cache"] = "xseg_empty_cache(-1) through a Python callback"
 
     # memory fraction: torch.cuda.set_per_process_memory_fraction(f, device)
     # calls void fn(double fraction, int device).
-    set_frac = getattr(native, "set_memory_fraction_fn", None)
-    if callable(set_frac):
-        addr = _fn_address(cdll, "xseg_torch_set_memory_fraction")
-        if addr:
-            set_frac(addr)
-            installed["memory_fraction"] = "xseg_torch_set_memory_fraction"
+    name = _set_hook(native, "set_memory_fraction_fn", cdll, ("xseg_torch_set_memory_fraction",))
+    if name:
+        installed["memory_fraction"] = name
     return installed
 
 
