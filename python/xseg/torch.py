@@ -14,8 +14,8 @@ Its C++ object has slots for a few more hooks, settable through the
 enable() fills three of them when this PyTorch has the setters:
 record_stream (Tensor.record_stream -> xseg_record_stream), reset
 (torch.cuda.empty_cache -> xseg_empty_cache) and memory fraction
-(torch.cuda.set_per_process_memory_fraction -> xseg_set_memory_fraction).  Statistics, summaries and
-snapshots have no slot: torch.cuda.memory_stats() and friends raise, so use
+(torch.cuda.set_per_process_memory_fraction -> xseg_set_memory_fraction).
+Statistics, summaries and snapshots have no slot: torch.cuda.memory_stats() and friends raise, so use
 the functions of this module (or of the xseg package).  See docs/pytorch.md.
 
 torch is imported inside the functions, so ``import xseg.torch`` works on a
@@ -218,7 +218,7 @@ def enable(conf=None, hooks=True):
                 try:
                     ctypes.CDLL(shim)  # PyTorch's own load would only say "failed"
                 except OSError as e:
-                    shim, shim_note = None, "; %s does not load: %s" % (shim_path(), e)
+                    shim, shim_note = None, "; %s does not load: %s" % (shim, e)
             if shim is not None:
                 alloc = memory.CUDAPluggableAllocator(shim, _SHIM_ALLOC_FN, _SHIM_FREE_FN)
             else:

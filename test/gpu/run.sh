@@ -2,7 +2,7 @@
 # test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
 # in one call.  Results and logs go to $OUT (default ./gpu-out).
 #
-#   test/gpu/run.sh [tests] [bench] [frag] [torch] [quick]
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [replay] [record] [quick]
 #
 #   tests  the ctest suite: GPU tests (label gpu) and the host tests
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
@@ -30,6 +30,8 @@ quick=""
 TORCH_ARGS=()
 [[ " $ARGS " == *" quick "* ]] && quick="--quick"
 rc=0
+# The traces FRAG_TRACES names, as paths (none: the benchmark's default, all).
+trace_paths() { for t in ${FRAG_TRACES:-}; do echo "benchmarks/traces/$t.trace"; done; }
 log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 log "machine"
@@ -59,8 +61,7 @@ fi
 
 if want frag; then
   log "fragmentation (GPU)"
-  traces=()
-  for t in ${FRAG_TRACES:-}; do traces+=("benchmarks/traces/$t.trace"); done
+  mapfile -t traces < <(trace_paths)
   only=()
   [[ -n "${FRAG_ONLY:-}" ]] && only=(--only "$FRAG_ONLY")
   ./build-gpu/benchmarks/xseg-bench --backend cuda "${only[@]}" --json "$OUT/frag-gpu.json" frag "${traces[@]}" 2>&1 |
@@ -81,8 +82,7 @@ fi
 if want replay; then
   log "trace replay through PyTorch"
   export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
-  traces=()
-  for t in ${FRAG_TRACES:-}; do traces+=("benchmarks/traces/$t.trace"); done
+  mapfile -t traces < <(trace_paths)
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   for alloc in ${REPLAY_ALLOCATORS:-xseg expandable native}; do
     timeout "${REPLAY_TIMEOUT:-300}" python3 test/gpu/torch_replay.py --allocator "$alloc" \
