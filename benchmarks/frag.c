@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "bench.h"
-#include "internal.h"
+#include "init.h"
 #include "host_backend.h"
 
 int bench_lag;

@@ -1,32 +1,32 @@
-/* pool/alloc.c: the device allocator: malloc and free, streams, events,
- * the release policy and the out-of-memory path.
+/* pool/alloc.c: the device allocator: malloc and free, streams, events
+ * and fences, the release policy and the out-of-memory path - the policy
+ * common to both strategies.
  *
  * Hot path (a cached block fits): round the size, find the stream's pool,
  * best fit in its free set, carve, record in the pointer map, count.  No
  * backend call, no system allocation (slab entries are reserved ahead).
- * Slow path: ask the mode's memory source for a free block that holds the
- * request - expandable.c (map pages, remap from holes) or binned.c (a new
- * segment) - then carve as above.
+ * Where the block goes and where memory comes from when none fits is the
+ * strategy's business (xs_strategy_t, pool/device.h): expandable.c maps
+ * pages and remaps them from holes, binned.c allocates whole segments.
  *
  * A block freed with other streams recorded (xseg_record_stream) becomes
  * pending: an event is recorded on each of those streams and the block
  * returns to its free set when all have completed, checked without
  * blocking at the start of later calls.  Every function here expects the
- * device lock held (api.c takes it).
+ * device lock held (pool/api.c takes it).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+#include "device.h"
+#include "trace.h"
 
 size_t xs_round_size(const xs_device_t *d, size_t size) {
   if (size == 0) size = 1; /* a unique minimal block, as malloc(0) */
   size_t r = d->roundup ? xs_config_roundup(d->cfg, size) : size;
   if (r == 0 || r > SIZE_MAX - (XS_ALIGN - 1)) return 0;
-  return round_up(r, XS_ALIGN);
+  return xs_round_up(r, XS_ALIGN);
 }
 
 /* ---- setup ----------------------------------------------------------------------------- */
@@ -34,25 +34,17 @@ size_t xs_round_size(const xs_device_t *d, size_t size) {
 int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *cfg) {
   d->id = id;
   d->cfg = cfg;
-  int rc = xs_phys_init(d, be, id, cfg);
-  if (rc != 0) return rc;
-  d->mode = cfg->expandable && d->phys.vmm ? XS_MODE_EXPANDABLE : XS_MODE_BINNED;
-  if (cfg->verbose) {
-    xs_devinfo_t info;
-    if (be->device_info(be, id, &info) != 0) snprintf(info.name, sizeof info.name, "?");
-    fprintf(stderr, "xseg: device %d (%s): %s mode%s; granularity %zu KiB, %zu MiB, limit %zu MiB\n", id, info.name,
-            d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned",
-            cfg->expandable && !d->phys.vmm ? " (the device does not support virtual memory management)" : "",
-            d->phys.gran >> 10, d->phys.total >> 20, d->phys.limit >> 20);
-  }
-  d->large_page = cfg->page_size ? round_up(cfg->page_size, d->phys.gran) : 0;
+  int rc = xs_vmm_init(&d->vmm, be, id, cfg->memory_fraction, cfg->max_memory, cfg->peer_access);
+  if (rc != 0) return xs_error_vmm(rc);
+  d->strat = cfg->expandable && d->vmm.vmm ? &xs_expandable_strategy : &xs_binned_strategy;
+  if (cfg->verbose)
+    fprintf(stderr, "xseg: device %d (%s): %s mode%s; granularity %zu KiB, %zu MiB, limit %zu MiB\n", id,
+            d->vmm.name, d->strat->name,
+            cfg->expandable && !d->vmm.vmm ? " (the device does not support virtual memory management)" : "",
+            d->vmm.gran >> 10, d->vmm.total >> 20, d->vmm.limit >> 20);
+  d->large_page = cfg->page_size ? xs_round_up(cfg->page_size, d->vmm.gran) : 0;
   for (int i = 0; i < XS_ROUNDUP_BINS; i++) d->roundup |= cfg->roundup_div[i] > 1;
-  /* max_split_size_mb:auto: expandable segments have no split problem; the
-   * binned pool keeps blocks of 64 MiB and more for requests that large,
-   * which cut its worst min-budget overhead on the shipped traces from
-   * 1.63 to 1.14 (docs/design.md). */
-  d->max_split = cfg->max_split_size ? cfg->max_split_size
-                                     : d->mode == XS_MODE_EXPANDABLE ? SIZE_MAX : XS_BINNED_AUTO_SPLIT;
+  d->max_split = cfg->max_split_size ? cfg->max_split_size : d->strat->auto_max_split;
   if (xs_ptrmap_init(&d->live, 1024) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   d->trim_floor = 0;
   return 0;
@@ -61,27 +53,20 @@ int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *
 void xs_device_destroy(xs_device_t *d) {
   for (size_t i = 0; i < d->nstreams; i++) {
     xs_stream_t *st = d->streams[i];
-    for (int k = 0; k < XS_NCLASS; k++) {
-      if (d->mode == XS_MODE_EXPANDABLE)
-        xs_exp_destroy_pool(d, &st->pools[k]);
-      else
-        xs_bin_destroy_pool(d, &st->pools[k]);
-    }
-    if (st->fence) xs_phys_event_put(d, st->fence);
+    for (int k = 0; k < XS_NCLASS; k++) d->strat->destroy_pool(d, &st->pools[k]);
+    if (st->fence) xs_vmm_event_put(&d->vmm, st->fence);
     free(st);
   }
   for (size_t i = 0; i < d->npending; i++)
-    if (d->pending[i].ev) xs_phys_event_put(d, d->pending[i].ev);
-  xs_seg_unstick(d);
-  xs_cache_release(d, 0);
-  xs_phys_destroy_events(d);
+    if (d->pending[i].ev) xs_vmm_event_put(&d->vmm, d->pending[i].ev);
+  xs_vmm_fini(&d->vmm);
   free(d->streams);
   free(d->pending);
   xs_ptrmap_destroy(&d->live);
   xs_slab_destroy(&d->slab);
 }
 
-static xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s) {
+static xs_stream_t *stream_get(xs_device_t *d, xseg_stream_t s) {
   if (d->last_stream && d->last_stream->s == s) return d->last_stream;
   for (size_t i = 0; i < d->nstreams; i++) {
     if (d->streams[i]->s == s) return d->last_stream = d->streams[i];
@@ -104,6 +89,41 @@ static xs_stream_t *xs_stream_get(xs_device_t *d, xseg_stream_t s) {
   d->streams[d->nstreams++] = st;
   return d->last_stream = st;
 }
+
+/* ---- fences ------------------------------------------------------------------------ */
+
+/* A block freed on stream S is reusable by S at once (stream order), but
+ * its memory may be unmapped or freed only when the GPU has finished every
+ * kernel queued on S before the free.  Each free takes a number from S's
+ * free sequence; an event recorded on S (a fence) covers every free
+ * numbered before it.  An event failure leaves the stream unsafe (and the
+ * thread's error set): holding memory is better than freeing it early. */
+
+int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t seq, int wait) {
+  for (;;) {
+    if (seq <= st->safe_seq) return 1;
+    if (st->fence) {
+      int rc = wait ? xs_vmm_event_sync(&d->vmm, st->fence) : xs_vmm_event_query(&d->vmm, st->fence);
+      if (rc != 0 && rc != XSEG_ENOTREADY) xs_error_vmm(rc);
+      if (rc == XSEG_ENOTREADY) return 0;
+      if (wait) d->stats.num_fence_waits++;
+      xs_vmm_event_put(&d->vmm, st->fence);
+      st->fence = NULL;
+      if (rc != 0) return 0; /* an event error: stay conservative */
+      st->safe_seq = st->fence_seq;
+      continue;
+    }
+    xs_event_t ev;
+    if (xs_error_vmm(xs_vmm_event_get(&d->vmm, &ev)) != 0) return 0;
+    if (xs_error_vmm(xs_vmm_event_record(&d->vmm, ev, st->s)) != 0) {
+      xs_vmm_event_put(&d->vmm, ev);
+      return 0;
+    }
+    st->fence = ev;
+    st->fence_seq = st->free_seq; /* covers every free so far */
+  }
+}
+
 
 /* ---- the release policy ------------------------------------------------------------------ */
 
@@ -129,10 +149,7 @@ static void maybe_trim(xs_device_t *d) {
   }
   if (d->trim_wanted ? !fences_progressed(d) : d->free_mapped <= d->trim_floor) return;
   d->trim_wanted = 0;
-  if (d->mode == XS_MODE_EXPANDABLE)
-    xs_exp_trim(d, thr, 0);
-  else
-    xs_bin_release(d, d->free_mapped - thr, 1);
+  d->strat->trim(d, thr);
   /* What is left could not be released now: try again when more is freed
    * or a fence completes. */
   d->trim_floor = d->free_mapped;
@@ -147,7 +164,7 @@ static void finalize_free(xs_device_t *d, xs_block_t *b) {
   b->seg->live_bytes -= b->size;
   b->requested = 0;
   b = xs_merge_insert(d, b);
-  if (b->seg->binned && b->seg->live_bytes == 0) b->seg->last_free_ns = d->phys.be->now_ns(d->phys.be);
+  if (b->seg->binned && b->seg->live_bytes == 0) b->seg->last_free_ns = xs_vmm_now(&d->vmm);
 }
 
 static int pending_add(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
@@ -165,8 +182,9 @@ static int pending_add(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
   b->events++;
   /* If the event cannot be recorded now, the entry stays and is retried:
    * the block is never reused before that stream's work is known done. */
-  if (xs_phys_event_get(d, &e->ev) == 0 && xs_phys_event_record(d, e->ev, s) != 0) {
-    xs_phys_event_put(d, e->ev);
+  if (xs_error_vmm(xs_vmm_event_get(&d->vmm, &e->ev)) == 0 &&
+      xs_error_vmm(xs_vmm_event_record(&d->vmm, e->ev, s)) != 0) {
+    xs_vmm_event_put(&d->vmm, e->ev);
     e->ev = NULL;
   }
   return 0;
@@ -177,18 +195,23 @@ void xs_process_events(xs_device_t *d) {
   for (size_t i = 0; i < d->npending; i++) {
     xs_pending_t e = d->pending[i];
     int done = 0;
-    if (!e.ev && xs_phys_event_get(d, &e.ev) == 0 && xs_phys_event_record(d, e.ev, e.s) != 0) {
-      xs_phys_event_put(d, e.ev);
+    if (!e.ev && xs_error_vmm(xs_vmm_event_get(&d->vmm, &e.ev)) == 0 &&
+        xs_error_vmm(xs_vmm_event_record(&d->vmm, e.ev, e.s)) != 0) {
+      xs_vmm_event_put(&d->vmm, e.ev);
       e.ev = NULL;
     }
     /* An event error is kept pending: reusing memory the GPU may still
      * touch would be worse than holding it. */
-    if (e.ev) done = xs_phys_event_query(d, e.ev) == 0;
+    if (e.ev) {
+      int rc = xs_vmm_event_query(&d->vmm, e.ev);
+      if (rc != 0 && rc != XSEG_ENOTREADY) xs_error_vmm(rc);
+      done = rc == 0;
+    }
     if (!done) {
       d->pending[j++] = e;
       continue;
     }
-    xs_phys_event_put(d, e.ev);
+    xs_vmm_event_put(&d->vmm, e.ev);
     if (--e.b->events == 0) {
       xs_gauge_add(&d->stats.pending_frees, -1);
       finalize_free(d, e.b);
@@ -265,23 +288,7 @@ int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
   return 0;
 }
 
-/* Where to put `size` bytes in free block f: in expandable segments, where
- * it is expected to strand the fewest free bytes in pages that hold data
- * (xs_exp_place); binned segments have no pages to keep free: the low end. */
-static uintptr_t xs_place(const xs_device_t *d, const xs_block_t *f, size_t size) {
-  if (d->mode != XS_MODE_EXPANDABLE || f->size == size) return f->addr;
-  return xs_exp_place(d->phys.gran, f->addr, xs_block_end(f), size, 1, xs_exp_packing(d, f->seg->pool->cls));
-}
-
 /* ---- malloc -------------------------------------------------------------------------------- */
-
-static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **b, uintptr_t *addr, size_t *take) {
-  *take = size;
-  if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_grow(d, p, size, b, addr, take);
-  int rc = xs_bin_grow(d, p, size, b);
-  if (rc == 0) *addr = (*b)->addr;
-  return rc;
-}
 
 static void *oom(xs_device_t *d, size_t size, size_t rounded) {
   char msg[1024];
@@ -292,93 +299,19 @@ static void *oom(xs_device_t *d, size_t size, size_t rounded) {
   return NULL;
 }
 
-void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
-  size_t rsize = xs_round_size(d, size);
-  if (rsize == 0) return oom(d, size, SIZE_MAX);
-  if (d->npending) xs_process_events(d);
-  xs_stream_t *st = xs_stream_get(d, s);
-  if (!st || xs_slab_reserve(&d->slab, 2) != 0) {
-    xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
-    return NULL;
-  }
-  int cls = rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE;
-  xs_pool_t *p = &st->pools[cls];
-  xs_block_t *b;
-  uintptr_t addr;
-  size_t take = rsize; /* what the block gets: rsize, or up to its last page's end */
-  int may_grow = 1;    /* may take fresh memory rather than wait for the GPU */
-  xs_chunk_t *pin = NULL; /* the large chunk the block will pin */
-  for (;;) {
-    b = xs_pool_fit(d, p, rsize);
-    addr = b ? xs_place(d, b, rsize) : 0;
-    take = rsize;
-    pin = NULL;
-    int grown = b == NULL;
-    if (grown) {
-      int rc = grow(d, p, rsize, &b, &addr, &take);
-      if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
-      if (rc != 0) return NULL; /* the error says why */
-    }
-    if (xs_slab_reserve(&d->slab, 2) != 0) {
-      xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
-      return NULL;
-    }
-    if (d->mode != XS_MODE_EXPANDABLE) break;
-    /* Keep every free page reclaimable: a block must not pin a whole page
-     * of a large handle that holds no data, so that handle is re-made as
-     * page-sized ones first (once: pages are never converted again), and
-     * the search starts over (docs/design.md, "Handle sizing"). */
-    xs_chunk_t *c = xs_exp_pins_big(d, b, addr, take);
-    if (!c) break;
-    if (!xs_stream_safe(d, b->seg->pool->st, b->free_seq, 0)) {
-      /* The GPU may still be using that handle, and unmapping it would
-       * mean waiting.  Carving the block over it anyway (a pin) costs
-       * nothing now, but the handle's free pages stay stuck for the
-       * block's life: so only while memory is plentiful and pins stay
-       * within their budget.  Otherwise take fresh memory if the device
-       * has some, else look again and wait (docs/design.md). */
-      if (!xs_exp_tight(d) && d->pinned + c->size <= d->phys.limit / XS_PIN_DIV) {
-        pin = c;
-        break;
-      }
-      if (may_grow && !grown) {
-        xs_block_t *nb;
-        uintptr_t na;
-        size_t nt;
-        if (grow(d, p, rsize, &nb, &na, &nt) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
-            !xs_exp_pins_big(d, nb, na, nt)) {
-          b = nb;
-          addr = na;
-          take = nt;
-          break;
-        }
-        /* The attempt may have remapped pages: what was found before is
-         * stale.  Look again, this time ready to wait. */
-        xs_error_clear();
-        may_grow = 0;
-        continue;
-      }
-    }
-    /* A conversion changes the blocks around b: look again afterwards.  One
-     * that ran out of memory after unmapping the handle left its pages
-     * unmapped, which the next growth maps through the pressure path.
-     * Otherwise a failure fails the allocation: carving would pin the
-     * handle, and retrying would meet the same refusal. */
-    int changed;
-    int rc = xs_exp_convert(d, b, c, addr, addr + take, &changed);
-    if (rc == 0 || (rc == XSEG_ENOMEM && changed)) continue;
-    return rc == XSEG_ENOMEM ? oom(d, size, rsize) : NULL; /* the error says why */
-  }
-  b = xs_carve(d, b, addr, take);
+/* Hand out [f->addr, f->addr + f->take) of f->b as a live block. */
+static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_stream_t s) {
+  xs_block_t *b = xs_carve(d, f->b, f->addr, f->take);
   if (xs_ptrmap_put(&d->live, b->addr, b) != 0) {
     xs_merge_insert(d, b);
     xs_error(XSEG_ENOMEM, "xseg: out of host memory for the pointer map");
     return NULL;
   }
-  if (pin) {
-    b->pin = pin;
-    d->pinned += pin->size;
+  if (f->pin) {
+    b->pin = f->pin;
+    d->pinned += f->pin->size;
   }
+  int cls = b->seg->pool->cls;
   b->state = XS_BLOCK_LIVE;
   b->requested = size;
   b->seg->live_bytes += b->size;
@@ -392,6 +325,22 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
     xs_trace_alloc(b->trace_id, size, d->id, s);
   }
   return (void *)b->addr;
+}
+
+void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
+  size_t rsize = xs_round_size(d, size);
+  if (rsize == 0) return oom(d, size, SIZE_MAX);
+  if (d->npending) xs_process_events(d);
+  xs_stream_t *st = stream_get(d, s);
+  if (!st || xs_slab_reserve(&d->slab, 2) != 0) {
+    xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
+    return NULL;
+  }
+  xs_fit_t f;
+  int rc = d->strat->acquire(d, &st->pools[rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE], rsize, &f);
+  if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
+  if (rc != 0) return NULL; /* the error says why */
+  return hand_out(d, &f, size, s);
 }
 
 /* ---- lookups and diagnosis ------------------------------------------------------------------- */
@@ -416,12 +365,22 @@ int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what) {
 
 int xs_empty_cache(xs_device_t *d) {
   /* Emptied with nothing live, the device starts again: what is allocated
-   * next is packed as at first use (xs_exp_packing). */
+   * next is packed as at first use (expandable.c, XS_PACK_DIV). */
   if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0)
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->stats.allocated_bytes[1 + k].allocated;
   if (d->npending) xs_process_events(d);
-  if (d->stuck) xs_seg_unstick(d);
-  if (d->mode == XS_MODE_EXPANDABLE) return xs_exp_empty(d);
-  xs_bin_release(d, SIZE_MAX, 0);
-  return 0;
+  if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);
+  return d->strat->empty(d);
+}
+
+int xs_enable_peer_access(xs_device_t *d, int peer) { return d->strat->enable_peer(d, peer); }
+
+xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p) {
+  for (size_t i = 0; i < d->nstreams; i++) {
+    for (int k = 0; k < XS_NCLASS; k++) {
+      for (xs_segment_t *s = d->streams[i]->pools[k].segs; s; s = s->next)
+        if (p >= s->vs.base && p < s->vs.base + s->vs.size) return s;
+    }
+  }
+  return NULL;
 }

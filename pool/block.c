@@ -1,12 +1,13 @@
 /* pool/block.c: blocks, split and merge, and best fit: the one
- * implementation both modes share.
+ * implementation both strategies share.
  *
  * A segment is tiled by blocks linked in address order.  Free blocks sit in
  * their pool's free set (mapped) or, in expandable segments, its unmapped
  * set; neighbours are merged whenever both are free and in the same mapping
  * state, so two free mapped blocks are never adjacent.  Where the memory
  * comes from (whole binned segments, or pages mapped on demand) is the
- * business of binned.c and expandable.c; this file only cuts and joins.
+ * business of binned.c and expandable.c; this file only cuts and joins,
+ * and gives a new segment its first block (xs_segment_adopt) for both.
  *
  * Block metadata comes from a slab of host memory per device.  Callers that
  * must not fail half-way reserve slab entries first (xs_slab_reserve).
@@ -14,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "device.h"
 
 /* ---- slab ------------------------------------------------------------------ */
 
@@ -126,15 +127,6 @@ static void link_before(xs_block_t *b, xs_block_t *nb) {
   nb->seg = b->seg;
 }
 
-int xs_should_split(const xs_device_t *d, const xs_block_t *b, size_t size) {
-  size_t rest = b->size - size;
-  if (rest < XS_ALIGN) return 0;
-  if (d->mode == XS_MODE_EXPANDABLE) return 1; /* pages keep any remainder reusable */
-  if (b->size >= d->max_split) return 0; /* binned: oversize blocks stay whole */
-  if (b->seg->pool->cls == XS_LARGE) return rest > XS_SMALL_MAX; /* a sliver under 1 MiB would never be reused */
-  return 1;
-}
-
 xs_block_t *xs_carve(xs_device_t *d, xs_block_t *f, uintptr_t addr, size_t size) {
   xs_assert_internal(f->state == XS_BLOCK_FREE && f->mapped);
   xs_assert_internal(addr >= f->addr && addr + size <= xs_block_end(f));
@@ -152,7 +144,7 @@ xs_block_t *xs_carve(xs_device_t *d, xs_block_t *f, uintptr_t addr, size_t size)
     f->size -= l->size;
     xs_free_insert(d, l);
   }
-  if (xs_should_split(d, f, size)) {
+  if (d->strat->should_split(d, f, size)) {
     xs_block_t *r = xs_block_new(&d->slab);
     xs_assert(r != NULL);
     link_after(f, r);
@@ -206,16 +198,29 @@ xs_block_t *xs_merge_insert(xs_device_t *d, xs_block_t *b) {
 
 /* ---- segments of a pool --------------------------------------------------------- */
 
-void xs_pool_add_segment(xs_pool_t *p, xs_segment_t *seg) {
+void xs_segment_adopt(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, int mapped) {
+  xs_block_t *b = xs_block_new(&d->slab);
+  xs_assert(b != NULL); /* the caller reserved it */
   seg->pool = p;
   seg->prev = NULL;
   seg->next = p->segs;
   if (p->segs) p->segs->prev = seg;
   p->segs = seg;
   p->nsegs++;
+  b->addr = seg->vs.base;
+  b->size = seg->vs.size;
+  b->seg = seg;
+  b->mapped = (uint8_t)mapped;
+  seg->head = b;
+  xs_free_insert(d, b);
 }
 
-void xs_pool_remove_segment(xs_pool_t *p, xs_segment_t *seg) {
+void xs_segment_drop(xs_device_t *d, xs_segment_t *seg) {
+  xs_pool_t *p = seg->pool;
+  xs_assert(seg->head && !seg->head->next && seg->head->state == XS_BLOCK_FREE);
+  xs_free_remove(d, seg->head);
+  xs_block_delete(&d->slab, seg->head);
+  seg->head = NULL;
   if (seg->prev)
     seg->prev->next = seg->next;
   else
@@ -229,13 +234,9 @@ void xs_pool_remove_segment(xs_pool_t *p, xs_segment_t *seg) {
 xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size) {
   xs_block_t *b = xs_tree_lower_bound(&p->free, size);
   if (!b) return NULL;
-  size_t max_split = d->max_split;
   /* Requests below max_split never take an oversize block (all later
    * blocks in the set are larger still): large cached blocks stay whole for
-   * large requests.  Binned segments also hand oversize blocks out unsplit,
-   * so as PyTorch an oversize request takes one only if little is wasted;
-   * expandable segments split them and waste nothing. */
-  if (size < max_split && b->size >= max_split) return NULL;
-  if (d->mode == XS_MODE_BINNED && size >= max_split && b->size >= size + XS_OVERSIZE_SLACK) return NULL;
+   * large requests. */
+  if (size < d->max_split && b->size >= d->max_split) return NULL;
   return b;
 }

@@ -1,5 +1,5 @@
-/* pool/check.c: the two walkers over a device's whole heap: the invariant
- * checker (xseg_check_heap) and the snapshot (xseg_snapshot_json).
+/* pool/check.c: the invariant checker (xseg_check_heap), a walker over a
+ * device's whole heap.
  *
  * The checker visits every stream, pool, segment, page, chunk and block
  * and verifies what the rest of the allocator relies on: blocks tile each
@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "device.h"
 
 #define BAD(...) return xs_error(XSEG_ECORRUPT, __VA_ARGS__)
 
@@ -26,23 +26,23 @@ typedef struct tally_s {
   int64_t split[XS_NCLASS], split_bytes[XS_NCLASS];
   int64_t reserved[XS_NCLASS], segments[XS_NCLASS];
   int64_t pending;
-  size_t free_mapped, mapped, chunks, chunk_bytes;
+  size_t free_mapped, mapped, chunks, chunk_bytes, fixed_bytes;
 } tally_t;
 
 static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t) {
-  size_t page = seg->page;
+  size_t page = seg->vs.page;
   size_t mapped = 0;
-  for (size_t i = 0; i < seg->npages;) {
-    xs_chunk_t *c = seg->pages[i];
+  for (size_t i = 0; i < seg->vs.npages;) {
+    xs_chunk_t *c = seg->vs.pages[i];
     if (!c) {
       i++;
       continue;
     }
-    uintptr_t at = seg->base + i * page;
-    if (c->seg != seg || c->addr != at || c->size == 0 || c->size % page != 0)
+    uintptr_t at = seg->vs.base + i * page;
+    if (c->vs != &seg->vs || c->addr != at || c->size == 0 || c->size % page != 0)
       BAD("xseg: check: device %d: chunk at %#lx disagrees with the page table", d->id, (unsigned long)at);
     for (size_t k = 0; k < c->size / page; k++) {
-      if (i + k >= seg->npages || seg->pages[i + k] != c)
+      if (i + k >= seg->vs.npages || seg->vs.pages[i + k] != c)
         BAD("xseg: check: device %d: chunk at %#lx does not cover its pages", d->id, (unsigned long)at);
     }
     mapped += c->size;
@@ -52,32 +52,100 @@ static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t
     t->segments[seg->pool->cls]++;
     i += c->size / page;
   }
-  if (mapped != seg->mapped)
+  if (mapped != seg->vs.mapped)
     BAD("xseg: check: device %d: segment %#lx counts %zu mapped bytes, its pages hold %zu", d->id,
-        (unsigned long)seg->base, seg->mapped, mapped);
+        (unsigned long)seg->vs.base, seg->vs.mapped, mapped);
   t->mapped += mapped;
   return 0;
 }
 
 /* Is every page overlapping [a, b) mapped (want 1) or unmapped (want 0)? */
 static int pages_are(const xs_segment_t *seg, uintptr_t a, uintptr_t b, int want) {
-  size_t first = (a - seg->base) / seg->page, last = (b - 1 - seg->base) / seg->page;
+  size_t first = (a - seg->vs.base) / seg->vs.page, last = (b - 1 - seg->vs.base) / seg->vs.page;
   for (size_t i = first; i <= last; i++)
-    if ((seg->pages[i] != NULL) != want) return 0;
+    if ((seg->vs.pages[i] != NULL) != want) return 0;
   return 1;
 }
 
-static int check_segment(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, tally_t *t, size_t *nfree,
-                         size_t *free_bytes, size_t *nunmapped, size_t *unmapped_bytes) {
-  int cls = p->cls;
-  if (seg->pool != p) BAD("xseg: check: device %d: segment %#lx names another pool", d->id, (unsigned long)seg->base);
-  if (!seg->binned && check_pages(d, seg, t) != 0) return XSEG_ECORRUPT;
-  if (seg->binned) {
-    t->reserved[cls] += (int64_t)seg->size;
-    t->segments[cls]++;
-    t->mapped += seg->size;
+/* What one pool's segments hold in free blocks, against its free sets. */
+typedef struct poolsum_s {
+  size_t nfree, free_bytes, nunmapped, unmapped_bytes;
+} poolsum_t;
+
+/* The range behind seg is the kind its pool's strategy made, and counts. */
+static int check_range(xs_device_t *d, const xs_segment_t *seg, int cls, tally_t *t) {
+  if (!seg->binned) {
+    if (seg->vs.fixed || seg->vs.tag != cls)
+      BAD("xseg: check: device %d: segment %#lx is not an on-demand range of its pool", d->id,
+          (unsigned long)seg->vs.base);
+    return check_pages(d, seg, t);
   }
-  uintptr_t at = seg->base;
+  if (!seg->vs.fixed || seg->vs.mapped != seg->vs.size || seg->vs.tag != cls)
+    BAD("xseg: check: device %d: binned segment %#lx is not a fixed range of its pool", d->id,
+        (unsigned long)seg->vs.base);
+  t->reserved[cls] += (int64_t)seg->vs.size;
+  t->segments[cls]++;
+  t->mapped += seg->vs.size;
+  t->fixed_bytes += seg->vs.size;
+  return 0;
+}
+
+/* Block b as its state says it should be; adds it to the tallies. */
+static int check_block(xs_device_t *d, const xs_segment_t *seg, const xs_block_t *b, int cls, tally_t *t,
+                       poolsum_t *ps, size_t *live_bytes) {
+  switch (b->state) {
+  case XS_BLOCK_LIVE:
+    if (!b->mapped) BAD("xseg: check: device %d: live block %#lx is unmapped", d->id, (unsigned long)b->addr);
+    if (xs_ptrmap_get(&d->live, b->addr) != b)
+      BAD("xseg: check: device %d: live block %#lx is missing from the pointer map", d->id, (unsigned long)b->addr);
+    if (b->requested > b->size)
+      BAD("xseg: check: device %d: block %#lx holds %zu bytes for a request of %zu", d->id,
+          (unsigned long)b->addr, b->size, b->requested);
+    t->live[cls]++;
+    t->live_bytes[cls] += (int64_t)b->size;
+    t->requested[cls] += (int64_t)b->requested;
+    t->active[cls]++;
+    t->active_bytes[cls] += (int64_t)b->size;
+    *live_bytes += b->size;
+    return 0;
+  case XS_BLOCK_PENDING:
+    if (b->events == 0) BAD("xseg: check: device %d: pending block %#lx waits for no event", d->id, (unsigned long)b->addr);
+    t->active[cls]++;
+    t->active_bytes[cls] += (int64_t)b->size;
+    t->pending++;
+    *live_bytes += b->size;
+    return 0;
+  case XS_BLOCK_FREE:
+    if (xs_block_is_free(b->next) && b->next->mapped == b->mapped)
+      BAD("xseg: check: device %d: free blocks %#lx and %#lx were not merged", d->id, (unsigned long)b->addr,
+          (unsigned long)b->next->addr);
+    if (!b->mapped) {
+      if ((b->addr - seg->vs.base) % seg->vs.page || b->size % seg->vs.page)
+        BAD("xseg: check: device %d: unmapped block %#lx is not page aligned", d->id, (unsigned long)b->addr);
+      ps->nunmapped++;
+      ps->unmapped_bytes += b->size;
+      return 0;
+    }
+    ps->nfree++;
+    ps->free_bytes += b->size;
+    t->free_mapped += b->size;
+    if (b->split_counted != (b->prev != NULL || b->next != NULL))
+      BAD("xseg: check: device %d: free block %#lx has a stale split mark", d->id, (unsigned long)b->addr);
+    if (b->split_counted) {
+      t->split[cls]++;
+      t->split_bytes[cls] += (int64_t)b->size;
+    }
+    return 0;
+  default:
+    BAD("xseg: check: device %d: block %#lx has state %d", d->id, (unsigned long)b->addr, b->state);
+  }
+}
+
+static int check_segment(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, tally_t *t, poolsum_t *ps) {
+  int cls = p->cls;
+  if (seg->pool != p) BAD("xseg: check: device %d: segment %#lx names another pool", d->id, (unsigned long)seg->vs.base);
+  if (check_range(d, seg, cls, t) != 0) return XSEG_ECORRUPT;
+  uintptr_t at = seg->vs.base;
   const xs_block_t *prev = NULL;
   size_t live_bytes = 0;
   for (xs_block_t *b = seg->head; b; prev = b, b = b->next) {
@@ -87,7 +155,7 @@ static int check_segment(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, tally_
       BAD("xseg: check: device %d: block %#lx (+%zu) does not follow the previous block at %#lx", d->id,
           (unsigned long)b->addr, b->size, (unsigned long)at);
     at = xs_block_end(b);
-    if (at > seg->base + seg->size)
+    if (at > seg->vs.base + seg->vs.size)
       BAD("xseg: check: device %d: block %#lx runs past its segment", d->id, (unsigned long)b->addr);
     if (!seg->binned && !pages_are(seg, b->addr, xs_block_end(b), b->mapped))
       BAD("xseg: check: device %d: block %#lx (+%zu, %s) sits on pages that are %s", d->id,
@@ -95,59 +163,14 @@ static int check_segment(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, tally_
           b->mapped ? "not all mapped" : "partly mapped");
     if (seg->binned && !b->mapped)
       BAD("xseg: check: device %d: binned block %#lx is marked unmapped", d->id, (unsigned long)b->addr);
-    switch (b->state) {
-    case XS_BLOCK_LIVE:
-      if (!b->mapped) BAD("xseg: check: device %d: live block %#lx is unmapped", d->id, (unsigned long)b->addr);
-      if (xs_ptrmap_get(&d->live, b->addr) != b)
-        BAD("xseg: check: device %d: live block %#lx is missing from the pointer map", d->id, (unsigned long)b->addr);
-      if (b->requested > b->size)
-        BAD("xseg: check: device %d: block %#lx holds %zu bytes for a request of %zu", d->id,
-            (unsigned long)b->addr, b->size, b->requested);
-      t->live[cls]++;
-      t->live_bytes[cls] += (int64_t)b->size;
-      t->requested[cls] += (int64_t)b->requested;
-      t->active[cls]++;
-      t->active_bytes[cls] += (int64_t)b->size;
-      live_bytes += b->size;
-      break;
-    case XS_BLOCK_PENDING:
-      if (b->events == 0) BAD("xseg: check: device %d: pending block %#lx waits for no event", d->id, (unsigned long)b->addr);
-      t->active[cls]++;
-      t->active_bytes[cls] += (int64_t)b->size;
-      t->pending++;
-      live_bytes += b->size;
-      break;
-    case XS_BLOCK_FREE:
-      if (xs_block_is_free(b->next) && b->next->mapped == b->mapped)
-        BAD("xseg: check: device %d: free blocks %#lx and %#lx were not merged", d->id, (unsigned long)b->addr,
-            (unsigned long)b->next->addr);
-      if (b->mapped) {
-        (*nfree)++;
-        *free_bytes += b->size;
-        t->free_mapped += b->size;
-        if (b->split_counted != (b->prev != NULL || b->next != NULL))
-          BAD("xseg: check: device %d: free block %#lx has a stale split mark", d->id, (unsigned long)b->addr);
-        if (b->split_counted) {
-          t->split[cls]++;
-          t->split_bytes[cls] += (int64_t)b->size;
-        }
-      } else {
-        if ((b->addr - seg->base) % seg->page || b->size % seg->page)
-          BAD("xseg: check: device %d: unmapped block %#lx is not page aligned", d->id, (unsigned long)b->addr);
-        (*nunmapped)++;
-        *unmapped_bytes += b->size;
-      }
-      break;
-    default:
-      BAD("xseg: check: device %d: block %#lx has state %d", d->id, (unsigned long)b->addr, b->state);
-    }
+    if (check_block(d, seg, b, cls, t, ps, &live_bytes) != 0) return XSEG_ECORRUPT;
   }
-  if (at != seg->base + seg->size)
+  if (at != seg->vs.base + seg->vs.size)
     BAD("xseg: check: device %d: blocks of segment %#lx end at %#lx, not at its end", d->id,
-        (unsigned long)seg->base, (unsigned long)at);
+        (unsigned long)seg->vs.base, (unsigned long)at);
   if (live_bytes != seg->live_bytes)
     BAD("xseg: check: device %d: segment %#lx counts %zu live bytes, its blocks hold %zu", d->id,
-        (unsigned long)seg->base, seg->live_bytes, live_bytes);
+        (unsigned long)seg->vs.base, seg->live_bytes, live_bytes);
   return 0;
 }
 
@@ -179,52 +202,53 @@ int xs_check_device(xs_device_t *d) {
     for (int k = 0; k < XS_NCLASS; k++) {
       xs_pool_t *p = &st->pools[k];
       if (p->st != st || p->cls != k) BAD("xseg: check: device %d: pool links broken", d->id);
-      size_t nfree = 0, free_bytes = 0, nunm = 0, unm_bytes = 0, nsegs = 0;
+      poolsum_t ps = {0, 0, 0, 0};
+      size_t nsegs = 0;
       for (xs_segment_t *seg = p->segs; seg; seg = seg->next) {
         if (seg->next && seg->next->prev != seg) BAD("xseg: check: device %d: segment list broken", d->id);
-        if (check_segment(d, p, seg, &t, &nfree, &free_bytes, &nunm, &unm_bytes) != 0) return XSEG_ECORRUPT;
+        if (check_segment(d, p, seg, &t, &ps) != 0) return XSEG_ECORRUPT;
         nsegs++;
       }
       if (nsegs != p->nsegs) BAD("xseg: check: device %d: pool counts %zu segments, has %zu", d->id, p->nsegs, nsegs);
       if (check_set(d, p, &p->free, 1) || check_set(d, p, &p->unmapped, 0)) return XSEG_ECORRUPT;
-      if (nfree != p->free.count || free_bytes != p->free.bytes)
+      if (ps.nfree != p->free.count || ps.free_bytes != p->free.bytes)
         BAD("xseg: check: device %d: free set holds %zu blocks (%zu bytes), the segments %zu (%zu bytes)", d->id,
-            p->free.count, p->free.bytes, nfree, free_bytes);
-      if (nunm != p->unmapped.count || unm_bytes != p->unmapped.bytes)
-        BAD("xseg: check: device %d: unmapped set holds %zu blocks, the segments %zu", d->id, p->unmapped.count, nunm);
+            p->free.count, p->free.bytes, ps.nfree, ps.free_bytes);
+      if (ps.nunmapped != p->unmapped.count || ps.unmapped_bytes != p->unmapped.bytes)
+        BAD("xseg: check: device %d: unmapped set holds %zu blocks, the segments %zu", d->id, p->unmapped.count,
+            ps.nunmapped);
     }
   }
+  const xs_vmm_t *v = &d->vmm;
   size_t cached = 0, ncached = 0;
-  for (xs_chunk_t *c = d->cache; c; c = c->next) {
-    if (c->seg != NULL) BAD("xseg: check: device %d: a cached chunk is marked mapped", d->id);
+  for (xs_chunk_t *c = v->cache; c; c = c->next) {
+    if (c->vs != NULL) BAD("xseg: check: device %d: a cached chunk is marked mapped", d->id);
     cached += c->size;
     ncached++;
   }
   /* Chunks set aside still mapped (their undo unmap was refused). */
-  for (xs_chunk_t *c = d->stuck; c; c = c->next) {
-    if (!c->seg) BAD("xseg: check: device %d: a stuck chunk is marked unmapped", d->id);
+  for (xs_chunk_t *c = v->stuck; c; c = c->next) {
+    if (!c->vs) BAD("xseg: check: device %d: a stuck chunk is marked unmapped", d->id);
     t.mapped += c->size;
     t.chunks++;
     t.chunk_bytes += c->size;
-    t.reserved[c->seg->pool->cls] += (int64_t)c->size;
-    t.segments[c->seg->pool->cls]++;
+    t.reserved[c->vs->tag] += (int64_t)c->size;
+    t.segments[c->vs->tag]++;
   }
   const xs_stats_t *s = &d->stats;
-  EQ("the cache's byte count", d->cache_bytes, cached);
-  EQ("handles_cached", s->handles_cached.current, ncached);
-  EQ("cached_handle_bytes", s->cached_handle_bytes.current, cached);
+  const xs_vmm_stats_t *vs = &v->st;
+  EQ("the cache's byte count", v->cache_bytes, cached);
+  EQ("handles_cached", vs->handles_cached.current, ncached);
+  EQ("cached_handle_bytes", vs->cached_handle_bytes.current, cached);
   EQ("the pointer map's size", d->live.count, t.live[0] + t.live[1]);
   EQ("free_mapped_bytes", s->free_mapped_bytes.current, t.free_mapped);
   EQ("the free-mapped count", d->free_mapped, t.free_mapped);
   EQ("pending_frees", s->pending_frees.current, t.pending);
-  EQ("mapped_bytes", s->mapped_bytes.current, t.mapped);
-  if (d->mode == XS_MODE_EXPANDABLE) {
-    EQ("handles_live", s->handles_live.current, t.chunks + ncached);
-    EQ("held_bytes", s->held_bytes.current, t.chunk_bytes + cached);
-  } else {
-    EQ("held_bytes", s->held_bytes.current, t.mapped);
-  }
-  EQ("the physical layer's held bytes", d->phys.held, s->held_bytes.current);
+  EQ("mapped_bytes", vs->mapped_bytes.current, t.mapped);
+  /* Held: every chunk, mapped or cached, and every fixed range. */
+  EQ("handles_live", vs->handles_live.current, t.chunks + ncached);
+  EQ("held_bytes", vs->held_bytes.current, t.chunk_bytes + cached + t.fixed_bytes);
+  EQ("the physical layer's held bytes", v->held, vs->held_bytes.current);
   for (int k = 0; k < XS_NCLASS; k++) {
     int ty = 1 + k;
     EQ("allocation", s->allocation[ty].current, t.live[k]);
@@ -234,68 +258,16 @@ int xs_check_device(xs_device_t *d) {
     EQ("active_bytes", s->active_bytes[ty].current, t.active_bytes[k]);
     EQ("inactive_split", s->inactive_split[ty].current, t.split[k]);
     EQ("inactive_split_bytes", s->inactive_split_bytes[ty].current, t.split_bytes[k]);
-    EQ("reserved_bytes", s->reserved_bytes[ty].current, t.reserved[k]);
-    EQ("segment", s->segment[ty].current, t.segments[k]);
+    EQ("reserved_bytes", vs->reserved_bytes[ty].current, t.reserved[k]);
+    EQ("segment", vs->segment[ty].current, t.segments[k]);
   }
 #define SUMS(name, help) \
   EQ(#name ".all", s->name[XS_STAT_ALL].current, s->name[XS_STAT_SMALL].current + s->name[XS_STAT_LARGE].current);
   XS_STATS_POOLED(SUMS)
 #undef SUMS
+#define VSUMS(name, help) \
+  EQ(#name ".all", vs->name[XS_STAT_ALL].current, vs->name[XS_STAT_SMALL].current + vs->name[XS_STAT_LARGE].current);
+  XS_VMM_POOLED(VSUMS)
+#undef VSUMS
   return 0;
-}
-
-/* ---- snapshot ------------------------------------------------------------------------------- */
-
-static const char *state_name(const xs_block_t *b) {
-  if (b->state == XS_BLOCK_LIVE) return "live";
-  if (b->state == XS_BLOCK_PENDING) return "pending";
-  return b->mapped ? "free" : "unmapped";
-}
-
-size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len) {
-  xs_sbuf_t b = {buf, 0, len};
-  xs_sbuf_put(&b, "{\"device\":%d,\"mode\":\"%s\",\"page_size\":%zu,\"segments\":[", d->id,
-       d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", d->phys.gran);
-  int firstseg = 1;
-  for (size_t i = 0; i < d->nstreams; i++) {
-    xs_stream_t *st = d->streams[i];
-    for (int k = 0; k < XS_NCLASS; k++) {
-      for (xs_segment_t *seg = st->pools[k].segs; seg; seg = seg->next) {
-        xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"stream\":%" PRIuPTR ",\"pool\":\"%s\","
-                 "\"mapped_bytes\":%zu,\"pages\":[",
-             firstseg ? "" : ",", seg->base, seg->size, (uintptr_t)st->s, k == XS_SMALL ? "small" : "large",
-             seg->binned ? seg->size : seg->mapped);
-        firstseg = 0;
-        /* Pages as runs of one chunk each, unmapped runs merged. */
-        if (seg->binned) {
-          xs_sbuf_put(&b, "{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":true}", seg->base, seg->size);
-        } else {
-          int firstpage = 1;
-          for (size_t p = 0; p < seg->npages;) {
-            xs_chunk_t *c = seg->pages[p];
-            size_t n = 1;
-            if (c)
-              n = c->size / seg->page;
-            else
-              while (p + n < seg->npages && !seg->pages[p + n]) n++;
-            xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":%s}", firstpage ? "" : ",",
-                 seg->base + p * seg->page, n * seg->page, c ? "true" : "false");
-            firstpage = 0;
-            p += n;
-          }
-        }
-        xs_sbuf_put(&b, "],\"blocks\":[");
-        for (xs_block_t *bl = seg->head; bl; bl = bl->next) {
-          xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,\"state\":\"%s\","
-                   "\"stream\":%" PRIuPTR "}",
-               bl == seg->head ? "" : ",", bl->addr, bl->size, bl->requested, state_name(bl), (uintptr_t)st->s);
-        }
-        xs_sbuf_put(&b, "]}");
-      }
-    }
-  }
-  xs_sbuf_put(&b, "],\"cached_handles\":[");
-  for (xs_chunk_t *c = d->cache; c; c = c->next) xs_sbuf_put(&b, "%s%zu", c == d->cache ? "" : ",", c->size);
-  xs_sbuf_put(&b, "]}");
-  return xs_sbuf_finish(&b);
 }

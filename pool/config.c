@@ -539,6 +539,79 @@ static int fail_no_value(xs_parser_t *ps, const xs_optdef_t *o) {
   return fail(ps, "'%s' has no value (expected %s:%s)", o->key, o->key, o->form);
 }
 
+/* One list entry's words K and N of "K:N", with the ':' between them
+ * consumed; the syntax errors of an entry are reported here. */
+static int read_div_entry(xs_parser_t *ps, const xs_optdef_t *o, xs_word_t *k, xs_word_t *v) {
+  char sk[XS_SHOW_BUF];
+  read_word(ps, k);
+  int ch = (unsigned char)*ps->p;
+  if (k->len == 0) {
+    if (ch == '[')
+      return fail(ps, "%s: nested '[' in the list (expected %s:%s)", o->key, o->key, o->form);
+    if (ch == ',')
+      return fail(ps, "%s: empty entry in the list (expected %s:%s)", o->key, o->key, o->form);
+    if (ch == ':')
+      return fail(ps, "%s: list entry without a size before ':' (expected %s:%s)", o->key,
+                  o->key, o->form);
+    return fail(ps, "%s:[ has no closing ']' (expected %s:%s)", o->key, o->key, o->form);
+  }
+  if (k->bad >= 0 || k->len > XS_WORD_MAX) return check_word(ps, o, k);
+  if (ch != ':')
+    return fail(ps, "%s: list entry '%s' has no ':N' (found %s; expected %s:%s)", o->key,
+                show_word(sk, k), delim_name(ch), o->key, o->form);
+  ps->p++;
+  skip_space(ps);
+  read_word(ps, v);
+  ch = (unsigned char)*ps->p;
+  if (v->len == 0) {
+    if (ch == '[')
+      return fail(ps, "%s: nested '[' in the list (expected %s:%s)", o->key, o->key, o->form);
+    return fail(ps, "%s: list entry '%s:' has no divisions (found %s; expected %s:%s)", o->key,
+                show_word(sk, k), delim_name(ch), o->key, o->form);
+  }
+  if (v->bad >= 0 || v->len > XS_WORD_MAX) return check_word(ps, o, v);
+  return 0;
+}
+
+/* Apply entry K:N to the bins: K a power of two in MiB above the last key
+ * (*last, a bin), or '>' for every bin above it (*closed_by_gt set). */
+static int apply_div_entry(xs_parser_t *ps, const xs_optdef_t *o, const xs_word_t *k, const xs_word_t *v,
+                           unsigned div[XS_ROUNDUP_BINS], int *last, int *closed_by_gt) {
+  char sk[XS_SHOW_BUF], sv[XS_SHOW_BUF];
+  unsigned long long n = 0;
+  int rc = parse_u64(v->s, &n);
+  if (rc != 0 || (n != 0 && (n > o->max || !is_pow2(n))))
+    return fail(ps, "%s: divisions in '%s:%s' %s (expected %s:%s)", o->key, show_word(sk, k),
+                show_word(sv, v),
+                rc == 1 ? "are not a whole number"
+                : rc == 2 || n > o->max ? "are out of range"
+                                        : "are not a power of two",
+                o->key, o->form);
+  if (strcmp(k->s, ">") == 0) {
+    for (int i = *last + 1; i < XS_ROUNDUP_BINS; i++) div[i] = (unsigned)n;
+    *closed_by_gt = 1;
+    return 0;
+  }
+  unsigned long long key = 0;
+  rc = parse_u64(k->s, &key);
+  if (rc == 1)
+    return fail(ps, "%s: list key '%s' is neither a size in MB nor '>' (expected %s:%s)", o->key,
+                show_word(sk, k), o->key, o->form);
+  if (rc == 2 || key == 0 || key > XS_DIV_KEY_MAX)
+    return fail(ps, "%s: list key %s is out of range 1..%u; use '>' for larger sizes (expected %s:%s)",
+                o->key, show_word(sk, k), XS_DIV_KEY_MAX, o->key, o->form);
+  if (!is_pow2(key))
+    return fail(ps, "%s: list key %s is not a power of two (expected %s:%s)", o->key,
+                show_word(sk, k), o->key, o->form);
+  int bin = floor_log2((size_t)key);
+  if (bin <= *last)
+    return fail(ps, "%s: list key %s does not follow %u in increasing order (expected %s:%s)",
+                o->key, show_word(sk, k), 1u << *last, o->key, o->form);
+  for (int i = *last + 1; i <= bin; i++) div[i] = (unsigned)n;
+  *last = bin;
+  return 0;
+}
+
 /* roundup_power2_divisions:[K:N,...,>:N], the '[' already consumed.  Keys
  * are increasing powers of two in MiB; K:N sets the bins from the previous
  * key (exclusive) up to K's bin, >:N the bins above the last key.  Bins
@@ -564,68 +637,9 @@ static int parse_divs_list(xs_parser_t *ps, xs_config_t *c, const xs_optdef_t *o
     if (closed_by_gt)
       return fail(ps, "%s: an entry follows '>:N', which must come last (expected %s:%s)", o->key,
                   o->key, o->form);
-
-    read_word(ps, &k);
-    ch = (unsigned char)*ps->p;
-    if (k.len == 0) {
-      if (ch == '[')
-        return fail(ps, "%s: nested '[' in the list (expected %s:%s)", o->key, o->key, o->form);
-      if (ch == ',')
-        return fail(ps, "%s: empty entry in the list (expected %s:%s)", o->key, o->key, o->form);
-      if (ch == ':')
-        return fail(ps, "%s: list entry without a size before ':' (expected %s:%s)", o->key,
-                    o->key, o->form);
-      return fail(ps, "%s:[ has no closing ']' (expected %s:%s)", o->key, o->key, o->form);
-    }
-    if (k.bad >= 0 || k.len > XS_WORD_MAX) return check_word(ps, o, &k);
-    if (ch != ':')
-      return fail(ps, "%s: list entry '%s' has no ':N' (found %s; expected %s:%s)", o->key,
-                  show_word(sk, &k), delim_name(ch), o->key, o->form);
-    ps->p++;
-    skip_space(ps);
-
-    read_word(ps, &v);
-    ch = (unsigned char)*ps->p;
-    if (v.len == 0) {
-      if (ch == '[')
-        return fail(ps, "%s: nested '[' in the list (expected %s:%s)", o->key, o->key, o->form);
-      return fail(ps, "%s: list entry '%s:' has no divisions (found %s; expected %s:%s)", o->key,
-                  show_word(sk, &k), delim_name(ch), o->key, o->form);
-    }
-    if (v.bad >= 0 || v.len > XS_WORD_MAX) return check_word(ps, o, &v);
-
-    unsigned long long n = 0;
-    int rc = parse_u64(v.s, &n);
-    if (rc != 0 || (n != 0 && (n > o->max || !is_pow2(n))))
-      return fail(ps, "%s: divisions in '%s:%s' %s (expected %s:%s)", o->key, show_word(sk, &k),
-                  show_word(sv, &v),
-                  rc == 1 ? "are not a whole number"
-                  : rc == 2 || n > o->max ? "are out of range"
-                                          : "are not a power of two",
-                  o->key, o->form);
-
-    if (strcmp(k.s, ">") == 0) {
-      for (int i = last + 1; i < XS_ROUNDUP_BINS; i++) div[i] = (unsigned)n;
-      closed_by_gt = 1;
-    } else {
-      unsigned long long key = 0;
-      rc = parse_u64(k.s, &key);
-      if (rc == 1)
-        return fail(ps, "%s: list key '%s' is neither a size in MB nor '>' (expected %s:%s)", o->key,
-                    show_word(sk, &k), o->key, o->form);
-      if (rc == 2 || key == 0 || key > XS_DIV_KEY_MAX)
-        return fail(ps, "%s: list key %s is out of range 1..%u; use '>' for larger sizes (expected %s:%s)",
-                    o->key, show_word(sk, &k), XS_DIV_KEY_MAX, o->key, o->form);
-      if (!is_pow2(key))
-        return fail(ps, "%s: list key %s is not a power of two (expected %s:%s)", o->key,
-                    show_word(sk, &k), o->key, o->form);
-      int bin = floor_log2((size_t)key);
-      if (bin <= last)
-        return fail(ps, "%s: list key %s does not follow %u in increasing order (expected %s:%s)",
-                    o->key, show_word(sk, &k), 1u << last, o->key, o->form);
-      for (int i = last + 1; i <= bin; i++) div[i] = (unsigned)n;
-      last = bin;
-    }
+    int rc = read_div_entry(ps, o, &k, &v);
+    if (rc == 0) rc = apply_div_entry(ps, o, &k, &v, div, &last, &closed_by_gt);
+    if (rc != 0) return rc;
     entries++;
 
     skip_space(ps);

@@ -1,6 +1,9 @@
-/* pool/expandable.c: where memory comes from in expandable mode.
+/* pool/expandable.c: the expandable strategy - where memory comes from
+ * when pages are mapped on demand.
  *
- * Called when a pool's free set has no block that fits.  Each pool owns
+ * A request first takes the best fit among the pool's mapped free blocks,
+ * placed inside it by the expected-stranding rule (xs_exp_place).  When
+ * none fits, memory is added.  Each pool owns
  * segments (one VA reservation each, vmm/segment.c) tiled by blocks; free
  * blocks are mapped or unmapped, and a maximal sequence of adjacent free
  * blocks is a "run".  To place a request, this file
@@ -17,7 +20,12 @@
  * neighbours merged), so the run's blocks are found again from the live
  * block before it after every step.
  *
- * Fences.  A block freed on stream S is reusable by S at once (stream
+ * A block is never placed over part of a large free chunk (a handle of
+ * several pages): that chunk is first re-made as page-sized chunks, so
+ * every free page stays reclaimable - unless the GPU may still be using it
+ * and memory is plentiful, when the block pins it instead (exp_acquire).
+ *
+ * Fences (pool/alloc.c, xs_stream_safe).  A block freed on stream S is reusable by S at once (stream
  * order), but its pages may be unmapped only when the GPU has finished
  * every kernel queued on S before the free.  Each free takes a number from
  * S's free sequence; an event recorded on S (a fence) covers every free
@@ -27,35 +35,40 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "device.h"
+#include "expandable.h"
 
-static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+/* ---- segments ------------------------------------------------------------------------ */
 
-/* ---- fences ------------------------------------------------------------------------ */
-
-int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t seq, int wait) {
-  for (;;) {
-    if (seq <= st->safe_seq) return 1;
-    if (st->fence) {
-      int rc = wait ? xs_phys_event_sync(d, st->fence) : xs_phys_event_query(d, st->fence);
-      if (rc == XSEG_ENOTREADY) return 0;
-      if (wait) d->stats.num_fence_waits++;
-      xs_phys_event_put(d, st->fence);
-      st->fence = NULL;
-      if (rc != 0) return 0; /* an event error: stay conservative */
-      st->safe_seq = st->fence_seq;
-      continue;
-    }
-    xs_event_t ev;
-    if (xs_phys_event_get(d, &ev) != 0) return 0;
-    if (xs_phys_event_record(d, ev, st->s) != 0) {
-      xs_phys_event_put(d, ev);
-      return 0;
-    }
-    st->fence = ev;
-    st->fence_seq = st->free_seq; /* covers every free so far */
+/* A new segment of pool p: a reservation of at least size bytes, its pages
+ * unmapped, tiled by one unmapped free block. */
+static int new_segment(xs_device_t *d, xs_pool_t *p, size_t size, xs_segment_t **out) {
+  xs_segment_t *seg = calloc(1, sizeof *seg);
+  if (!seg || xs_slab_reserve(&d->slab, 1) != 0) {
+    free(seg);
+    return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   }
+  int rc = xs_vseg_reserve(&d->vmm, &seg->vs, size, p->cls);
+  if (rc != 0) {
+    free(seg);
+    return xs_error_vmm(rc);
+  }
+  xs_segment_adopt(d, p, seg, 0);
+  *out = seg;
+  return 0;
 }
+
+/* The largest new chunk a mapping of seg may create (0: the gap).  Small
+ * pools map single pages, so that each can move on its own; large pools map
+ * each gap a request needs as one chunk (fast growth: one handle per
+ * growth, as cudaMalloc), or page_size_mb chunks when configured
+ * (docs/design.md, "Handle sizing"). */
+static size_t new_chunk_max(const xs_device_t *d, const xs_segment_t *seg) {
+  return seg->pool->cls == XS_SMALL ? seg->vs.page : d->large_page;
+}
+
+static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
+static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed);
 
 /* ---- unmapping wholly free chunks ----------------------------------------------------- */
 
@@ -69,7 +82,7 @@ typedef struct excl_s {
 /* The first chunk wholly inside [a, b) and outside the exclusion. */
 static xs_chunk_t *chunk_outside(const xs_segment_t *seg, uintptr_t a, uintptr_t b, const excl_t *x) {
   xs_chunk_t *c;
-  while ((c = xs_seg_chunk_within(seg, a, b)) != NULL) {
+  while ((c = xs_vseg_chunk_within(&seg->vs, a, b)) != NULL) {
     if (seg != x->seg || c->addr + c->size <= x->lo || c->addr >= x->hi) return c;
     a = c->addr + c->size;
   }
@@ -83,7 +96,7 @@ static xs_block_t *unmap_chunk_of(xs_device_t *d, xs_block_t *cur, xs_chunk_t *c
   xs_segment_t *seg = cur->seg;
   uintptr_t ca = c->addr, cb = c->addr + c->size;
   if ((*rc = xs_slab_reserve(&d->slab, 2)) != 0) return cur;
-  if ((*rc = xs_seg_unmap_chunk(d, seg, c)) != 0) return cur;
+  if ((*rc = xs_error_vmm(xs_vseg_unmap_chunk(&d->vmm, &seg->vs, c))) != 0) return cur;
   xs_free_remove(d, cur);
   xs_block_t *mid = cur, *right = NULL;
   if (ca > cur->addr) {
@@ -141,7 +154,7 @@ static void collect(xs_device_t *d, cand_t *c, const excl_t *x) {
     for (int k = 0; k < XS_NCLASS; k++) {
       xs_pool_t *p = &d->streams[i]->pools[k];
       for (xs_block_t *b = xs_tree_last(&p->free); b; b = xs_tree_prev(b)) {
-        if (b->size < d->phys.gran) break; /* smaller blocks cannot hold a page */
+        if (b->size < d->vmm.gran) break; /* smaller blocks cannot hold a page */
         if (chunk_outside(b->seg, b->addr, xs_block_end(b), x) && cand_push(c, b) != 0) return;
       }
     }
@@ -163,7 +176,7 @@ static size_t reclaim(xs_device_t *d, size_t need, const excl_t *x) {
   return got;
 }
 
-size_t xs_exp_trim(xs_device_t *d, size_t target, int wait) {
+static size_t trim_to(xs_device_t *d, size_t target, int wait) {
   if (d->free_mapped <= target) return 0;
   cand_t c = {0};
   const excl_t none = {NULL, 0, 0};
@@ -178,7 +191,7 @@ size_t xs_exp_trim(xs_device_t *d, size_t target, int wait) {
     got += unmap_free_block(d, b, d->free_mapped - target, &none);
   }
   free(c.v);
-  xs_cache_release(d, 0); /* a trim returns memory to the driver */
+  xs_error_vmm(xs_vmm_cache_release(&d->vmm, 0)); /* a trim returns memory to the driver */
   if (got) {
     d->stats.num_trims++;
     d->stats.trimmed_bytes += got;
@@ -186,10 +199,10 @@ size_t xs_exp_trim(xs_device_t *d, size_t target, int wait) {
   return got;
 }
 
-int xs_exp_empty(xs_device_t *d) {
-  xs_exp_trim(d, 0, 1);
+static int exp_empty(xs_device_t *d) {
+  trim_to(d, 0, 1);
   /* Whatever could not be unmapped is still in use; the cache must be gone. */
-  return xs_cache_release(d, 0);
+  return xs_error_vmm(xs_vmm_cache_release(&d->vmm, 0));
 }
 
 /* ---- placing a request ------------------------------------------------------------------ */
@@ -206,7 +219,7 @@ typedef struct span_s {
 /* Bytes that must be mapped to place [s, e) starting at block b. */
 static size_t span_cost(const xs_block_t *b, uintptr_t s, uintptr_t e, size_t page) {
   size_t cost = 0;
-  uintptr_t pe = round_up(e, page);
+  uintptr_t pe = xs_round_up(e, page);
   for (; b && b->addr < e; b = b->next) {
     if (b->mapped) continue;
     uintptr_t lo = b->addr > s ? b->addr : s, hi = xs_block_end(b) < pe ? xs_block_end(b) : pe;
@@ -219,7 +232,7 @@ static size_t span_cost(const xs_block_t *b, uintptr_t s, uintptr_t e, size_t pa
 static void consider_run(xs_block_t *first, xs_block_t *last, size_t size, span_t *best) {
   uintptr_t lo = first->addr, hi = xs_block_end(last);
   if (hi - lo < size) return;
-  size_t page = first->seg->page;
+  size_t page = first->seg->vs.page;
   for (xs_block_t *b = first; b && b->addr + size <= hi; b = b->next) {
     size_t cost = span_cost(b, b->addr, b->addr + size, page);
     int better = !best->found || cost < best->cost ||
@@ -281,7 +294,7 @@ static xs_block_t *mark_mapped(xs_device_t *d, xs_block_t *u, uintptr_t a, uintp
 static size_t span_missing(const span_t *sp, size_t size) {
   const xs_block_t *b = run_first(sp);
   while (b && xs_block_end(b) <= sp->addr) b = b->next;
-  return span_cost(b, sp->addr, sp->addr + size, sp->seg->page);
+  return span_cost(b, sp->addr, sp->addr + size, sp->seg->vs.page);
 }
 
 /* A wholly free large chunk at an end of the span that reaches past it
@@ -296,16 +309,16 @@ static int convert_straddlers(xs_device_t *d, const span_t *sp, size_t size) {
     xs_block_t *b = run_first(sp);
     while (b && xs_block_end(b) <= x) b = b->next;
     if (!b || b->state != XS_BLOCK_FREE || !b->mapped) continue;
-    xs_chunk_t *c = xs_exp_pins_big(d, b, s, size);
+    xs_chunk_t *c = pins_big(d, b, s, size);
     int changed = 0;
-    if (c && (xs_exp_convert(d, b, c, s, e, &changed) == 0 || changed)) n++;
+    if (c && (convert(d, b, c, &changed) == 0 || changed)) n++;
   }
   return n;
 }
 
 static int map_span(xs_device_t *d, const span_t *sp, size_t size, int fold_tail, int *folded) {
   xs_segment_t *seg = sp->seg;
-  uintptr_t s = sp->addr, e = s + size, pe = round_up(e, seg->page);
+  uintptr_t s = sp->addr, e = s + size, pe = xs_round_up(e, seg->vs.page);
   *folded = 0;
   int retried = 0;
   for (;;) {
@@ -316,8 +329,8 @@ static int map_span(xs_device_t *d, const span_t *sp, size_t size, int fold_tail
     uintptr_t ua = u->addr, ub = xs_block_end(u) < pe ? xs_block_end(u) : pe, done = ua;
     /* Large chunks only over pages the request fills: the page holding its
      * end gets a page-sized chunk, since later blocks may share it. */
-    uintptr_t whole = e / seg->page * seg->page;
-    size_t max_chunk = ua < whole ? 0 : seg->page;
+    uintptr_t whole = e / seg->vs.page * seg->vs.page;
+    size_t max_chunk = ua < whole ? 0 : seg->vs.page;
     if (ua < whole && ub > whole) {
       /* Fold only where the rest of the page is small next to the request:
        * a 3 MiB request does not take a 4 MiB page. */
@@ -327,19 +340,19 @@ static int map_span(xs_device_t *d, const span_t *sp, size_t size, int fold_tail
         ub = whole;
       }
     }
-    int rc = xs_seg_map(d, seg, ua, ub, max_chunk, &done);
+    int rc = xs_vseg_map(&d->vmm, &seg->vs, ua, ub, max_chunk, new_chunk_max(d, seg), &done);
     if (done > ua) mark_mapped(d, u, ua, done);
     if (rc == 0) continue;
-    if (rc != XSEG_ENOMEM) return rc;
+    if (rc != XSEG_ENOMEM) return xs_error_vmm(rc);
     /* Out of memory: take pages out of holes and try again. */
     if (!retried) {
       d->stats.num_alloc_retries++;
       retried = 1;
     }
-    /* xs_seg_map returns ENOMEM only after releasing every cached chunk
+    /* xs_vseg_map returns ENOMEM only after releasing every cached chunk
      * that did not fit, so what the span still needs must come from holes.
      * Each round unmaps at least one chunk or gives up, so this ends. */
-    const excl_t x = {seg, s / seg->page * seg->page, pe};
+    const excl_t x = {seg, s / seg->vs.page * seg->vs.page, pe};
     if (reclaim(d, span_missing(sp, size), &x) == 0 && convert_straddlers(d, sp, size) == 0) return XSEG_ENOMEM;
   }
 }
@@ -368,7 +381,7 @@ static xs_block_t *span_block(const span_t *sp, size_t size) {
  * 1.025, logrand's from 1.012 to 1.010 and rmm_uniform's from 1.011 to
  * 1.008 (docs/benchmarks.md, "History").
  *
- * While the pool packs (xs_exp_packing) the neighbours are taken to live
+ * While the pool packs (packing) the neighbours are taken to live
  * to the end: a shared page then costs nothing more, a page of its own a
  * whole one, and ties go to the low end, so blocks lie back to back.  A
  * model's weights, whose sizes are often multiples of a quarter or an
@@ -387,7 +400,7 @@ static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x,
   return (unsigned)((q1 - q0) / page - 1) * 4 + (4u >> n0) + (4u >> n1);
 }
 
-int xs_exp_packing(const xs_device_t *d, int cls) {
+static int packing(const xs_device_t *d, int cls) {
   const xs_stat_t *s = &d->stats.allocated_bytes[cls == XS_LARGE ? XS_STAT_LARGE : XS_STAT_SMALL];
   const int64_t base = d->pack_base[cls]; /* freed == allocated == base then */
   return (s->freed - base) * XS_PACK_DIV < s->allocated - base;
@@ -414,30 +427,30 @@ uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int
   return best;
 }
 
-int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr, size_t *take) {
-  size_t page = d->phys.gran;
-  if (round_up(size, page) > d->phys.limit || size > SIZE_MAX - page)
+static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr, size_t *take) {
+  size_t page = d->vmm.gran;
+  if (xs_round_up(size, page) > d->vmm.limit || size > SIZE_MAX - page)
     return XSEG_ENOMEM; /* larger than the device: no remapping can help */
   /* garbage_collection_threshold: release cached memory before growing
    * past the fraction of the limit. */
   double gc = d->cfg->gc_threshold;
   if (gc > 0) {
-    size_t cap = (size_t)(gc * (double)d->phys.limit);
-    if (d->phys.held + size > cap && d->free_mapped > 0) {
-      size_t over = d->phys.held + size - cap;
-      xs_exp_trim(d, d->free_mapped > over ? d->free_mapped - over : 0, 1);
+    size_t cap = (size_t)(gc * (double)d->vmm.limit);
+    if (d->vmm.held + size > cap && d->free_mapped > 0) {
+      size_t over = d->vmm.held + size - cap;
+      trim_to(d, d->free_mapped > over ? d->free_mapped - over : 0, 1);
     }
   }
   span_t sp = find_span(p, size);
   if (!sp.found) {
     xs_segment_t *seg = NULL;
-    int rc = xs_seg_create(d, p, size, &seg);
+    int rc = new_segment(d, p, size, &seg);
     if (rc != 0) return rc;
-    sp = (span_t){seg, NULL, seg->base, seg->base, seg->base + seg->size, 0, 1};
+    sp = (span_t){seg, NULL, seg->vs.base, seg->vs.base, seg->vs.base + seg->vs.size, 0, 1};
   }
   /* A new run starts at its low end (pages at the lowest address); whether
    * at the run's first byte or the next page boundary, xs_exp_place says. */
-  int pack = xs_exp_packing(d, p->cls);
+  int pack = packing(d, p->cls);
   if (sp.addr == sp.lo) sp.addr = xs_exp_place(page, sp.lo, sp.hi, size, 0, pack);
   /* While memory is plentiful, growth maps one handle per request: the
    * page holding the request's end goes into the request's handle and the
@@ -447,12 +460,11 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
    * page-sized handle that later blocks can share.  So it does while the
    * pool packs: what is allocated then is likely to live to the end, and
    * the next block would fill the rest. */
-  size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
-  int fold = p->cls == XS_LARGE && !pack && headroom >= size + d->phys.limit / XS_PLENTIFUL;
+  int fold = p->cls == XS_LARGE && !pack && xs_vmm_headroom(&d->vmm) >= size + d->vmm.limit / XS_PLENTIFUL;
   int folded;
   int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;
-  *take = folded ? round_up(sp.addr + size, page) - sp.addr : size;
+  *take = folded ? xs_round_up(sp.addr + size, page) - sp.addr : size;
   *out = span_block(&sp, *take);
   *addr = sp.addr;
   return 0;
@@ -460,18 +472,18 @@ int xs_exp_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
 
 /* ---- converting large chunks ------------------------------------------------------------ */
 
-xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
+static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
   /* Only chunks at the two ends of the placement can be covered in part,
    * and only chunks wholly inside f hold no data: a chunk that reaches
    * into a neighbour is pinned by it already, and cannot be converted. */
   const xs_segment_t *seg = f->seg;
-  size_t page = seg->page;
+  size_t page = seg->vs.page;
   uintptr_t end = addr + size;
   uintptr_t ends[2] = {addr, end - 1};
   int shift = __builtin_ctzll((unsigned long long)page);
   (void)d;
   for (int i = 0; i < 2; i++) {
-    xs_chunk_t *c = seg->pages[(ends[i] - seg->base) >> shift];
+    xs_chunk_t *c = seg->vs.pages[(ends[i] - seg->vs.base) >> shift];
     if (c && c->size > page && (c->addr < addr || c->addr + c->size > end) && c->addr >= f->addr &&
         c->addr + c->size <= xs_block_end(f))
       return c;
@@ -479,14 +491,11 @@ xs_chunk_t *xs_exp_pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   return NULL;
 }
 
-int xs_exp_tight(const xs_device_t *d) {
-  size_t headroom = d->phys.held < d->phys.limit ? d->phys.limit - d->phys.held : 0;
-  return headroom < d->phys.limit / XS_PLENTIFUL;
-}
+static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vmm.limit / XS_PLENTIFUL; }
 
-int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed) {
+static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed) {
   xs_segment_t *seg = f->seg;
-  const size_t page = seg->page;
+  const size_t page = seg->vs.page;
   const uintptr_t ca = c->addr, cb = c->addr + c->size;
   const size_t size = c->size;
   *changed = 0;
@@ -502,16 +511,14 @@ int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   /* Give the large handle back first: its memory is what the new ones are
    * made of.  (If the release fails it stays cached, and the mapping below
    * releases it or works around it.) */
-  xs_cache_release_chunk(d, c);
+  xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
   /* Re-make it as page-sized handles.  (Pieces sized to the new block
    * would cost fewer calls now, but their large remainders are covered in
    * part again by the next different block, so the conversions never end;
    * pages are never converted again, so each byte converts once.) */
-  (void)a;
-  (void)b;
   if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   uintptr_t done = ca;
-  rc = xs_seg_map(d, seg, ca, cb, page, &done);
+  rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, ca, cb, page, page, &done));
   if (done > ca) {
     xs_block_t *u = anchor ? anchor : seg->head;
     while (u && xs_block_end(u) <= ca) u = u->next;
@@ -525,13 +532,128 @@ int xs_exp_convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   return rc;
 }
 
-void xs_exp_destroy_pool(xs_device_t *d, xs_pool_t *p) {
+/* ---- the strategy ------------------------------------------------------------------- */
+
+/* Where to put `size` bytes in free block f: where it is expected to
+ * strand the fewest free bytes in pages that hold data (xs_exp_place). */
+static uintptr_t place(const xs_device_t *d, const xs_block_t *f, size_t size) {
+  if (f->size == size) return f->addr;
+  return xs_exp_place(d->vmm.gran, f->addr, xs_block_end(f), size, 1, packing(d, f->seg->pool->cls));
+}
+
+/* The request would pin large chunk c, whose stream the GPU may still be
+ * using, and unmapping c would mean waiting.  Carving the block over it
+ * anyway (a pin) costs nothing now, but the chunk's free pages stay stuck
+ * for the block's life: so only while memory is plentiful and pins stay
+ * within their budget (f->pin set, 1 returned).  Otherwise, with try_grow,
+ * take fresh memory if the device has some (*f replaced, 1), else -1: what
+ * was found is stale, look again ready to wait.  0: wait and convert. */
+static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c, int try_grow, xs_fit_t *f) {
+  if (!tight(d) && d->pinned + c->size <= d->vmm.limit / XS_PIN_DIV) {
+    f->pin = c;
+    return 1;
+  }
+  if (!try_grow) return 0;
+  xs_fit_t g = {NULL, 0, size, NULL};
+  if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
+      !pins_big(d, g.b, g.addr, g.take)) {
+    *f = g;
+    return 1;
+  }
+  xs_error_clear(); /* the attempt may have remapped pages */
+  return -1;
+}
+
+static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
+  int may_grow = 1; /* may take fresh memory rather than wait for the GPU */
+  for (;;) {
+    xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL};
+    int grown = f.b == NULL;
+    if (grown) {
+      int rc = grow(d, p, size, &f.b, &f.addr, &f.take);
+      if (rc != 0) return rc;
+    } else {
+      f.addr = place(d, f.b, size);
+    }
+    if (xs_slab_reserve(&d->slab, 2) != 0) {
+      xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
+      return XS_FAILED;
+    }
+    /* Keep every free page reclaimable: a block must not pin a whole page
+     * of a large handle that holds no data, so that handle is re-made as
+     * page-sized ones first (once: pages are never converted again), and
+     * the search starts over (docs/design.md, "Handle sizing"). */
+    xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
+    if (c && !xs_stream_safe(d, f.b->seg->pool->st, f.b->free_seq, 0)) {
+      int r = pin_or_grow(d, p, size, c, may_grow && !grown, &f);
+      if (r < 0) {
+        may_grow = 0;
+        continue;
+      }
+      if (r > 0) c = NULL; /* pinned, or fresh memory */
+    }
+    if (!c) {
+      *out = f;
+      return 0;
+    }
+    /* A conversion changes the blocks around f.b: look again afterwards.
+     * One that ran out of memory after unmapping the handle left its pages
+     * unmapped, which the next growth maps through the pressure path.
+     * Otherwise a failure fails the allocation: carving would pin the
+     * handle, and retrying would meet the same refusal. */
+    int changed;
+    int rc = convert(d, f.b, c, &changed);
+    if (rc == 0 || (rc == XSEG_ENOMEM && changed)) continue;
+    return rc;
+  }
+}
+
+static int exp_should_split(const xs_device_t *d, const xs_block_t *b, size_t size) {
+  (void)d;
+  return b->size - size >= XS_ALIGN; /* pages keep any remainder reusable */
+}
+
+static void exp_trim(xs_device_t *d, size_t keep) { trim_to(d, keep, 0); }
+
+static int exp_enable_peer(xs_device_t *d, int peer) {
+  int can = 0;
+  if (xs_vmm_can_access_peer(&d->vmm, peer, &can) != 0 || !can)
+    return xs_error(XSEG_ENOTSUP, "xseg: device %d cannot access device %d", peer, d->id);
+  xs_vmm_add_peer(&d->vmm, peer);
+  /* Pages mapped before now get access too; later ones get it when mapped. */
+  for (size_t i = 0; i < d->nstreams; i++) {
+    for (int k = 0; k < XS_NCLASS; k++) {
+      for (xs_segment_t *s = d->streams[i]->pools[k].segs; s; s = s->next) {
+        int rc = xs_vseg_set_access(&d->vmm, &s->vs);
+        if (rc != 0) return xs_error_vmm(rc);
+      }
+    }
+  }
+  return 0;
+}
+
+static void exp_destroy_pool(xs_device_t *d, xs_pool_t *p) {
   xs_segment_t *seg = p->segs;
   while (seg) {
     xs_segment_t *next = seg->next;
     /* Still mapped (an unmap was refused) or blocks left: leave it
      * allocated rather than free what the driver may still map. */
-    if (seg->mapped == 0 && seg->head && !seg->head->next) xs_seg_destroy(d, seg);
+    if (seg->vs.mapped == 0 && seg->head && !seg->head->next) {
+      xs_segment_drop(d, seg);
+      xs_vseg_free(&d->vmm, &seg->vs); /* a failure leaves the range reserved, nothing worse */
+      free(seg);
+    }
     seg = next;
   }
 }
+
+const xs_strategy_t xs_expandable_strategy = {
+    .name = "expandable",
+    .auto_max_split = SIZE_MAX, /* expandable segments have no split problem */
+    .acquire = exp_acquire,
+    .should_split = exp_should_split,
+    .trim = exp_trim,
+    .empty = exp_empty,
+    .enable_peer = exp_enable_peer,
+    .destroy_pool = exp_destroy_pool,
+};

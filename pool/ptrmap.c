@@ -8,7 +8,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "block.h"
 
 static inline size_t slot_of(uintptr_t key, size_t mask) {
   return (size_t)(((uint64_t)(key >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask;

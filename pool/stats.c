@@ -2,7 +2,7 @@
  * fragmentation figures, peak reset and the out-of-memory diagnosis.
  *
  * The counters themselves are updated where things happen (alloc.c,
- * block.c, phys.c); this file only reads them, always under the device
+ * block.c, and the physical layer's in vmm/phys.c); this file only reads them, always under the device
  * lock, so every figure is exact at the moment it is written.  All output
  * walks the X-macro lists of stats.h, so no field can be left out of one.
  */
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "device.h"
 
 /* ---- an snprintf-like builder ----------------------------------------------------------- */
 
@@ -49,7 +49,7 @@ static xs_derived_t derive(const xs_device_t *d) {
   }
   r.external_fragmentation =
       d->free_mapped ? 1.0 - (double)r.largest_free_block / (double)d->free_mapped : 0.0;
-  int64_t peak_res = d->stats.reserved_bytes[XS_STAT_ALL].peak;
+  int64_t peak_res = d->vmm.st.reserved_bytes[XS_STAT_ALL].peak;
   r.utilization = peak_res ? (double)d->stats.allocated_bytes[XS_STAT_ALL].peak / (double)peak_res : 0.0;
   r.rounding_waste_bytes =
       d->stats.allocated_bytes[XS_STAT_ALL].current - d->stats.requested_bytes[XS_STAT_ALL].current;
@@ -70,30 +70,45 @@ void xs_stats_reset_peaks(xs_stats_t *s) {
 
 static const char *const type_names[XS_STAT_NTYPES] = {"all", "small_pool", "large_pool"};
 
+static void json_pooled(xs_sbuf_t *b, const char *name, const xs_stat_t st[XS_STAT_NTYPES]) {
+  xs_sbuf_put(b, "\"%s\":{", name);
+  for (int t = 0; t < XS_STAT_NTYPES; t++)
+    xs_sbuf_put(b, "%s\"%s\":{\"current\":%lld,\"peak\":%lld,\"allocated\":%lld,\"freed\":%lld}", t ? "," : "",
+                type_names[t], (long long)st[t].current, (long long)st[t].peak, (long long)st[t].allocated,
+                (long long)st[t].freed);
+  xs_sbuf_put(b, "},");
+}
+
+static void json_gauge(xs_sbuf_t *b, const char *name, const xs_gauge_t *g) {
+  xs_sbuf_put(b, "\"%s\":{\"current\":%lld,\"peak\":%lld},", name, (long long)g->current, (long long)g->peak);
+}
+
 size_t xs_stats_json_device(xs_device_t *d, const char *backend, char *buf, size_t len) {
   xs_sbuf_t b = {buf, 0, len};
   const xs_stats_t *s = &d->stats;
+  const xs_vmm_stats_t *v = &d->vmm.st;
   xs_derived_t dv = derive(d);
   xs_sbuf_put(&b, "{\"device\":%d,\"backend\":\"%s\",\"mode\":\"%s\",\"granularity\":%zu,\"total_memory\":%zu,"
           "\"limit\":%zu,",
-      d->id, backend, d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", d->phys.gran, d->phys.total,
-      d->phys.limit);
-#define JSON_POOLED(name, help)                                                                     \
-  xs_sbuf_put(&b, "\"" #name "\":{");                                                                       \
-  for (int t = 0; t < XS_STAT_NTYPES; t++)                                                          \
-    xs_sbuf_put(&b, "%s\"%s\":{\"current\":%lld,\"peak\":%lld,\"allocated\":%lld,\"freed\":%lld}",         \
-        t ? "," : "", type_names[t], (long long)s->name[t].current, (long long)s->name[t].peak,     \
-        (long long)s->name[t].allocated, (long long)s->name[t].freed);                              \
-  xs_sbuf_put(&b, "},");
+      d->id, backend, d->strat->name, d->vmm.gran, d->vmm.total, d->vmm.limit);
+#define JSON_POOLED(name, help) json_pooled(&b, #name, s->name);
+#define JSON_VPOOLED(name, help) json_pooled(&b, #name, v->name);
   XS_STATS_POOLED(JSON_POOLED)
+  XS_VMM_POOLED(JSON_VPOOLED)
 #undef JSON_POOLED
-#define JSON_GAUGE(name, help) \
-  xs_sbuf_put(&b, "\"" #name "\":{\"current\":%lld,\"peak\":%lld},", (long long)s->name.current, (long long)s->name.peak);
+#undef JSON_VPOOLED
+#define JSON_GAUGE(name, help) json_gauge(&b, #name, &s->name);
+#define JSON_VGAUGE(name, help) json_gauge(&b, #name, &v->name);
   XS_STATS_GAUGES(JSON_GAUGE)
+  XS_VMM_GAUGES(JSON_VGAUGE)
 #undef JSON_GAUGE
+#undef JSON_VGAUGE
 #define JSON_COUNTER(name, help) xs_sbuf_put(&b, "\"" #name "\":%llu,", (unsigned long long)s->name);
+#define JSON_VCOUNTER(name, help) xs_sbuf_put(&b, "\"" #name "\":%llu,", (unsigned long long)v->name);
   XS_STATS_COUNTERS(JSON_COUNTER)
+  XS_VMM_COUNTERS(JSON_VCOUNTER)
 #undef JSON_COUNTER
+#undef JSON_VCOUNTER
   char f1[32], f2[32];
   xs_sbuf_put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%s,\"utilization\":%s,"
           "\"rounding_waste_bytes\":%lld}",
@@ -137,13 +152,14 @@ static void summary_rows(FILE *out, const char *title, const xs_stat_t st[XS_STA
 
 void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
   const xs_stats_t *s = &d->stats;
+  const xs_vmm_stats_t *v = &d->vmm.st;
   xs_derived_t dv = derive(d);
   char a[32], b[32], c[32];
   const char *rule = "|=============================================================================================|\n";
   const char *line = "|---------------------------------------------------------------------------------------------|\n";
   fputs(rule, out);
   fprintf(out, "|                  xseg memory summary, device %-3d (%-10s mode, %-4s backend)             |\n",
-          d->id, d->mode == XS_MODE_EXPANDABLE ? "expandable" : "binned", backend);
+          d->id, d->strat->name, backend);
   fputs(line, out);
   fprintf(out, "| %-27s | %12s | %12s | %12s | %12s |\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
           "Tot Freed");
@@ -154,7 +170,7 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
   fputs(line, out);
   summary_rows(out, "Requested memory", s->requested_bytes, 1);
   fputs(line, out);
-  summary_rows(out, "GPU reserved (mapped) memory", s->reserved_bytes, 1);
+  summary_rows(out, "GPU reserved (mapped) memory", v->reserved_bytes, 1);
   fputs(line, out);
   summary_rows(out, "Non-releasable memory", s->inactive_split_bytes, 1);
   fputs(line, out);
@@ -162,27 +178,27 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
   fputs(line, out);
   summary_rows(out, "Active allocs", s->active, 0);
   fputs(line, out);
-  summary_rows(out, "GPU reserved segments", s->segment, 0);
+  summary_rows(out, "GPU reserved segments", v->segment, 0);
   fputs(line, out);
   summary_rows(out, "Non-releasable allocs", s->inactive_split, 0);
   fputs(rule, out);
   char e[32];
   fprintf(out, "| Held: %s (peak %s) of a %s limit; cached handles: %lld (%s)\n",
-          fmt_bytes(a, 32, s->held_bytes.current), fmt_bytes(b, 32, s->held_bytes.peak),
-          fmt_bytes(c, 32, (int64_t)d->phys.limit), (long long)s->handles_cached.current,
-          fmt_bytes(e, 32, s->cached_handle_bytes.current));
+          fmt_bytes(a, 32, v->held_bytes.current), fmt_bytes(b, 32, v->held_bytes.peak),
+          fmt_bytes(c, 32, (int64_t)d->vmm.limit), (long long)v->handles_cached.current,
+          fmt_bytes(e, 32, v->cached_handle_bytes.current));
   fprintf(out, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%\n",
           fmt_bytes(a, 32, (int64_t)d->free_mapped), fmt_bytes(b, 32, (int64_t)dv.largest_free_block),
           100.0 * dv.external_fragmentation);
   fprintf(out, "| Utilization (peak allocated / peak reserved): %.1f%%; rounding waste: %s\n",
           100.0 * dv.utilization, fmt_bytes(a, 32, dv.rounding_waste_bytes));
   fprintf(out, "| Driver calls: %llu create (%.2f ms), %llu release (%.2f ms), %llu map (%.2f ms), %llu unmap (%.2f ms), %llu set access (%.2f ms)\n",
-          (unsigned long long)s->num_device_alloc, s->time_create_ns / 1e6,
-          (unsigned long long)s->num_device_free, s->time_release_ns / 1e6,
-          (unsigned long long)s->num_map, s->time_map_ns / 1e6, (unsigned long long)s->num_unmap,
-          s->time_unmap_ns / 1e6, (unsigned long long)s->num_set_access, s->time_set_access_ns / 1e6);
+          (unsigned long long)v->num_device_alloc, v->time_create_ns / 1e6,
+          (unsigned long long)v->num_device_free, v->time_release_ns / 1e6,
+          (unsigned long long)v->num_map, v->time_map_ns / 1e6, (unsigned long long)v->num_unmap,
+          v->time_unmap_ns / 1e6, (unsigned long long)v->num_set_access, v->time_set_access_ns / 1e6);
   fprintf(out, "| Remapped: %s in %llu moves; retries: %llu; OOMs: %llu; fence waits: %llu; trims: %llu (%s)\n",
-          fmt_bytes(a, 32, (int64_t)s->remapped_bytes), (unsigned long long)s->num_remaps,
+          fmt_bytes(a, 32, (int64_t)v->remapped_bytes), (unsigned long long)v->num_remaps,
           (unsigned long long)s->num_alloc_retries, (unsigned long long)s->num_ooms,
           (unsigned long long)s->num_fence_waits, (unsigned long long)s->num_trims,
           fmt_bytes(b, 32, (int64_t)s->trimmed_bytes));
@@ -194,38 +210,39 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
 void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf, size_t len) {
   xs_sbuf_t b = {buf, 0, len};
   const xs_stats_t *s = &d->stats;
+  const xs_vmm_stats_t *v = &d->vmm.st;
   xs_derived_t dv = derive(d);
   size_t drv_free = 0, drv_total = 0;
-  int have_info = xs_phys_mem_info(d, &drv_free, &drv_total) == 0;
+  int have_info = xs_vmm_mem_info(&d->vmm, &drv_free, &drv_total) == 0;
   xs_error_clear();
   char r[32], l[32], m[32], f[32], g[32], h[32], t[32];
   size_t live = (size_t)s->allocated_bytes[XS_STAT_ALL].current;
-  size_t page = d->phys.gran;
-  size_t limit = d->phys.limit;
+  size_t page = d->vmm.gran;
+  size_t limit = d->vmm.limit;
   xs_sbuf_put(&b, "xseg: out of memory on device %d: cannot allocate %s (%zu bytes requested",
       d->id, fmt_size(r, 32, size, 0), size);
   if (rounded != SIZE_MAX) xs_sbuf_put(&b, ", %zu after rounding", rounded);
   xs_sbuf_put(&b, "). Live: %s in %lld blocks; mapped: %s; free inside segments: %s (largest free block %s); "
           "cached handles: %s; held: %s of a %s limit",
       fmt_bytes(l, 32, (int64_t)live), (long long)s->allocation[XS_STAT_ALL].current,
-      fmt_bytes(m, 32, s->mapped_bytes.current), fmt_bytes(f, 32, (int64_t)d->free_mapped),
-      fmt_bytes(g, 32, (int64_t)dv.largest_free_block), fmt_bytes(h, 32, s->cached_handle_bytes.current),
-      fmt_bytes(t, 32, (int64_t)d->phys.held), fmt_bytes(r, 32, (int64_t)limit));
+      fmt_bytes(m, 32, v->mapped_bytes.current), fmt_bytes(f, 32, (int64_t)d->free_mapped),
+      fmt_bytes(g, 32, (int64_t)dv.largest_free_block), fmt_bytes(h, 32, v->cached_handle_bytes.current),
+      fmt_bytes(t, 32, (int64_t)d->vmm.held), fmt_bytes(r, 32, (int64_t)limit));
   if (have_info) xs_sbuf_put(&b, "; the driver reports %s free of %s", fmt_bytes(l, 32, (int64_t)drv_free),
                      fmt_bytes(m, 32, (int64_t)drv_total));
   xs_sbuf_put(&b, ". Cause: ");
   const char *limit_key = d->cfg->max_memory ? "max_memory_mb" : "per_process_memory_fraction";
   if (rounded == SIZE_MAX || rounded > limit) {
     xs_sbuf_put(&b, "the request alone is larger than the memory xseg may use");
-    if (limit < d->phys.total) xs_sbuf_put(&b, " (the limit comes from %s)", limit_key);
+    if (limit < d->vmm.total) xs_sbuf_put(&b, " (the limit comes from %s)", limit_key);
   } else if ((live + page - 1) / page * page + rounded > limit) {
     xs_sbuf_put(&b, "memory pressure: live memory plus this request exceed the limit; free tensors, lower the batch");
-    if (limit < d->phys.total) xs_sbuf_put(&b, ", or raise %s", limit_key);
-  } else if (have_info && d->phys.held + drv_free < limit) {
+    if (limit < d->vmm.total) xs_sbuf_put(&b, ", or raise %s", limit_key);
+  } else if (have_info && d->vmm.held + drv_free < limit) {
     xs_sbuf_put(&b, "memory held outside this allocator (other processes, or cudaMalloc outside xseg): %s "
             "of the device is neither xseg's nor free",
-        fmt_bytes(l, 32, (int64_t)(drv_total - d->phys.held - drv_free)));
-  } else if (d->mode == XS_MODE_BINNED) {
+        fmt_bytes(l, 32, (int64_t)(drv_total - d->vmm.held - drv_free)));
+  } else if (d->strat == &xs_binned_strategy) {
     xs_sbuf_put(&b, "fragmentation: %s is free inside segments but split by live blocks; "
             "try expandable_segments:True, or max_split_size_mb / garbage_collection_threshold",
         fmt_bytes(l, 32, (int64_t)d->free_mapped));

@@ -13,7 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "error.h"
+#include "trace.h"
 
 #define TRACE_BUF (256u << 10)
 #define TRACE_STREAMS 256

@@ -9,7 +9,7 @@
  */
 #include <stddef.h>
 
-#include "internal.h"
+#include "block.h"
 
 #define NODE_BLOCK(n) ((xs_block_t *)((char *)(n) - offsetof(xs_block_t, node)))
 

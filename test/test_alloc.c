@@ -9,6 +9,7 @@
  *  - remapping: a large request served from pages taken out of holes, and
  *    failure only at the physical limit.
  */
+#include "expandable.h"
 #include "testutil.h"
 
 static uint64_t rng;

@@ -118,7 +118,7 @@ static st_t stats_now(void) {
 static size_t events_held(void) {
   xs_device_t *d = xs_device_peek(0);
   if (!d) return 0;
-  size_t n = d->nevents;
+  size_t n = d->vmm.nevents;
   for (size_t i = 0; i < d->nstreams; i++) n += d->streams[i]->fence != NULL;
   for (size_t i = 0; i < d->npending; i++) n += d->pending[i].ev != NULL;
   return n;
@@ -309,7 +309,7 @@ static int op_alloc(run_t *r, size_t size, int si) {
   /* Regression test (fixed bug): fails in expandable mode when create, map or set_access fails
    * while a large handle is being converted to pages (growth, release and
    * streams scenarios): pool/alloc.c:xs_malloc carves the block it gave to
-   * xs_exp_convert, which has already unmapped (and split or merged) it;
+   * expandable.c:convert, which has already unmapped (and split or merged) it;
    * see the test convert_failure_returns_unmapped_block. */
   XT_CHECK_MSG(ok, CTX "malloc(%zu) = %p is not accessible", CTXARGS(r), size, p);
   if (r->nlive == MAXLIVE) {
@@ -687,7 +687,7 @@ static void forked(void (*fn)(const job_t *), const job_t *job, const char *what
   call_t c = {fn, job};
   /* Regression test (fixed bug): an unmap failure in the growth and streams
    * scenarios (expandable) once ended in the abort of expandable.c's
-   * xs_exp_convert assert; see the test failed_conversion_pins_a_large_handle. */
+   * expandable.c:convert assert; see the test failed_conversion_pins_a_large_handle. */
   if (!t_forked(call_job, &c, what) && SH->n)
     fprintf(stderr, "%s: the fault was at call #%llu; the sweep of this variant stopped there\n", what,
             (unsigned long long)SH->n);
@@ -861,8 +861,8 @@ XT_TEST(faults_at_shutdown_binned) { shutdown_faults(1); }
 
 /* ---- minimal reproductions of the bugs the sweeps found --------------------------------- */
 
-/* Regression test (fixed bug): pool/alloc.c:xs_malloc, `if (xs_exp_convert(d, b, c) != 0) break;`
- * then carves b.  xs_exp_convert has by then unmapped the large handle
+/* Regression test (fixed bug): pool/alloc.c:xs_malloc, `if (expandable.c:convert(d, b, c) != 0) break;`
+ * then carves b.  expandable.c:convert has by then unmapped the large handle
  * under b, split b and merged it with unmapped neighbours (b may even be
  * deleted), and failed to map the page-sized handles.  The caller returns
  * a "live" block on unmapped pages: the heap check fails and the first
@@ -898,14 +898,14 @@ XT_TEST(convert_failure_returns_unmapped_block) {
   forked(convert_job, &j, "[convert_failure_returns_unmapped_block]");
 }
 
-/* Regression test (fixed bug): when xs_exp_convert fails before changing anything (here its unmap
+/* Regression test (fixed bug): when expandable.c:convert fails before changing anything (here its unmap
  * fails), xs_malloc carves the block anyway ("pinning is the lesser
  * evil"), so a large handle now holds live data and free pages.  That
- * breaks the invariant xs_exp_pins_big and xs_exp_convert rely on ("a
+ * breaks the invariant expandable.c:pins_big and expandable.c:convert rely on ("a
  * large handle lies wholly inside one live block or holds no data"; the
  * heap checker does not verify it): the next request placed beside it
  * converts the same handle, unmaps the live block's pages, and dies on the
- * assert at pool/expandable.c (xs_exp_convert, `u && !u->mapped ...`).
+ * assert at pool/expandable.c (expandable.c:convert, `u && !u->mapped ...`).
  * Expected: the next allocation succeeds and the first block keeps its
  * data. */
 static void pin_job(const job_t *j) {
@@ -958,9 +958,9 @@ XT_TEST(pending_retry_released_by_one_empty_cache) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
-/* Regression test (fixed bug): vmm/phys.c:xs_phys_map.  When set_access fails, the mapping is
+/* Regression test (fixed bug): vmm/phys.c:xs_vmm_map.  When set_access fails, the mapping is
  * undone with an unmap whose result is ignored; if that unmap fails too,
- * the chunk goes back to the cache (vmm/segment.c:xs_seg_map) as if
+ * the chunk goes back to the cache (vmm/segment.c:xs_vseg_map) as if
  * unmapped while the driver still maps it.  Every later allocation that
  * places pages there fails ("host: map: ... is already mapped", a broken
  * driver rule) even after the driver recovers, and empty_cache releases a

@@ -259,14 +259,14 @@ static size_t pinned_pages(void) {
     for (int k = 0; k < XS_NCLASS; k++) {
       for (xs_segment_t *seg = g_dev->streams[i]->pools[k].segs; seg; seg = seg->next) {
         if (seg->binned) continue;
-        for (size_t pg = 0; pg < seg->npages;) {
-          xs_chunk_t *c = seg->pages[pg];
+        for (size_t pg = 0; pg < seg->vs.npages;) {
+          xs_chunk_t *c = seg->vs.pages[pg];
           if (!c) {
             pg++;
             continue;
           }
-          size_t np = c->size / seg->page, live = 0;
-          uintptr_t first = c->addr / seg->page;
+          size_t np = c->size / seg->vs.page, live = 0;
+          uintptr_t first = c->addr / seg->vs.page;
           for (size_t j = 0; j < np; j++) live += pg_has(first + j);
           if (np > 1 && live > 0) n += np - live;
           pg += np;
@@ -465,14 +465,14 @@ static void m_peaks(void) {
  * it from allocated_bytes, and checks it here):
  *  - r itself, always in the small pool (<= 1 MiB) of both modes:
  *    xs_round_size makes every size a multiple of 512, so a fitting free
- *    block leaves 0 or >= 512 bytes, and block.c:xs_should_split splits
+ *    block leaves 0 or >= 512 bytes, and the strategy's should_split splits
  *    off any rest >= XS_ALIGN (the exceptions below are the large pool's);
  *    xs_carve always cuts off what lies before the placement.  Before the
  *    tail-folding and max_split_size_mb:auto changes this made allocated
  *    == sum of rounded sizes exactly in expandable mode, and it still
  *    does whenever no large-pool growth folded a tail page in.
  *  - expandable, large pool: growth while memory is plentiful may give the
- *    block the rest of its last page (expandable.c:xs_exp_grow, "take"):
+ *    block the rest of its last page (expandable.c:grow, "take"):
  *    it then ends on a page boundary and is less than a page larger.
  *  - binned, large pool: a rest of up to 1 MiB stays with the block; a
  *    block of max_split_size (auto: 64 MiB) or more stays whole, and only
@@ -503,6 +503,7 @@ static int fault_on(void) { return M.fault_kind >= 0; }
 
 static void check_stats(void) {
   const xs_stats_t *s = &g_dev->stats;
+  const xs_vmm_stats_t *v = &g_dev->vmm.st;
   M_CHECK(s->allocation[XS_STAT_ALL].current == M.alloc, "allocation.all.current %lld, model %lld",
           (long long)s->allocation[XS_STAT_ALL].current, (long long)M.alloc);
   M_CHECK(s->requested_bytes[XS_STAT_ALL].current == M.req, "requested_bytes.all.current %lld, model %lld",
@@ -524,11 +525,11 @@ static void check_stats(void) {
   int64_t allocated = s->allocated_bytes[XS_STAT_ALL].current;
   M_CHECK(allocated >= M.req, "allocated_bytes.all.current %lld < requested %lld", (long long)allocated,
           (long long)M.req);
-  M_CHECK(s->reserved_bytes[XS_STAT_ALL].current >= s->active_bytes[XS_STAT_ALL].current,
-          "reserved_bytes %lld < active_bytes %lld", (long long)s->reserved_bytes[XS_STAT_ALL].current,
+  M_CHECK(v->reserved_bytes[XS_STAT_ALL].current >= s->active_bytes[XS_STAT_ALL].current,
+          "reserved_bytes %lld < active_bytes %lld", (long long)v->reserved_bytes[XS_STAT_ALL].current,
           (long long)s->active_bytes[XS_STAT_ALL].current);
-  M_CHECK(s->held_bytes.current >= 0 && (size_t)s->held_bytes.current <= CAP, "held_bytes %lld outside [0, %zu]",
-          (long long)s->held_bytes.current, CAP);
+  M_CHECK(v->held_bytes.current >= 0 && (size_t)v->held_bytes.current <= CAP, "held_bytes %lld outside [0, %zu]",
+          (long long)v->held_bytes.current, CAP);
   /* Exact in both modes: each block's size is known (op_malloc, size_ok). */
   for (int k = 0; k < 3; k++)
     M_CHECK(s->allocated_bytes[k].current == M.alloc_b[k], "allocated_bytes[%d].current %lld, model %lld", k,
@@ -538,8 +539,8 @@ static void check_stats(void) {
   M_CHECK(s->active_bytes[XS_STAT_ALL].current == M.active_b, "active_bytes.all.current %lld, model %lld",
           (long long)s->active_bytes[XS_STAT_ALL].current, (long long)M.active_b);
   if (M.cfg->expandable) /* every page under live or pending data is mapped */
-    M_CHECK((size_t)s->mapped_bytes.current >= pg_distinct * M.cfg->gran,
-            "mapped_bytes %lld < %zu pages under live data", (long long)s->mapped_bytes.current, pg_distinct);
+    M_CHECK((size_t)v->mapped_bytes.current >= pg_distinct * M.cfg->gran,
+            "mapped_bytes %lld < %zu pages under live data", (long long)v->mapped_bytes.current, pg_distinct);
 }
 
 /* The JSON says what the struct says. */
@@ -581,7 +582,7 @@ static void op_malloc(size_t size, int owner) {
      * instead; if that failed after its reclaim had unmapped (or remapped)
      * the handle, xs_malloc still converted the old handle and block:
      * "unmapping ... at 0 failed" (XSEG_EBACKEND, though only ENOMEM was
-     * injected), or an xs_assert abort in xs_exp_convert. */
+     * injected), or an xs_assert abort in expandable.c:convert. */
     M_CHECK(code == XSEG_ENOMEM || (fault_on() && code == M.fault_code),
             "malloc(%zu) failed with code %d (%s)", size, code, xseg_last_error());
     M_CHECK(xseg_last_error()[0] != '\0', "malloc(%zu) failed without a message", size);
@@ -632,7 +633,7 @@ static void op_malloc(size_t size, int owner) {
   if (fault_on()) {
     /* BUG (conversion failure, fixed in the working tree since): when a
      * fault hit the re-mapping of a large handle being converted to pages
-     * (expandable.c:xs_exp_convert: create, map or set_access), xs_malloc
+     * (expandable.c:convert: create, map or set_access), xs_malloc
      * carved the stale free block anyway and returned a pointer on
      * unmapped pages.  Check the heap before writing, so such a pointer
      * shows as a failed check, not a SIGSEGV. */
@@ -711,15 +712,15 @@ static void op_empty(void) {
     /* Every wholly free handle is unmapped and every cached handle
      * released (xseg.h): what stays mapped is exactly the pages under live
      * and pending data, and the free pages of large handles pinned by them. */
-    const xs_stats_t *s = &g_dev->stats;
+    const xs_vmm_stats_t *v = &g_dev->vmm.st;
     size_t pinned = pinned_pages();
-    M_CHECK((size_t)s->mapped_bytes.current == (pg_distinct + pinned) * M.cfg->gran,
+    M_CHECK((size_t)v->mapped_bytes.current == (pg_distinct + pinned) * M.cfg->gran,
             "after empty_cache %lld bytes mapped, %zu pages under live data, %zu pinned",
-            (long long)s->mapped_bytes.current, pg_distinct, pinned);
-    M_CHECK(s->handles_cached.current == 0, "after empty_cache %lld handles cached",
-            (long long)s->handles_cached.current);
-    M_CHECK(s->held_bytes.current == s->mapped_bytes.current, "after empty_cache %lld bytes held, %lld mapped",
-            (long long)s->held_bytes.current, (long long)s->mapped_bytes.current);
+            (long long)v->mapped_bytes.current, pg_distinct, pinned);
+    M_CHECK(v->handles_cached.current == 0, "after empty_cache %lld handles cached",
+            (long long)v->handles_cached.current);
+    M_CHECK(v->held_bytes.current == v->mapped_bytes.current, "after empty_cache %lld bytes held, %lld mapped",
+            (long long)v->held_bytes.current, (long long)v->mapped_bytes.current);
   }
 #endif
 }
@@ -888,7 +889,7 @@ static void run_one(int run, uint64_t ops) {
     if (M.nlive) verify_block(M.live[below((uint64_t)M.nlive)], "after the step");
     /* BUG (unmerged after a failed conversion, fixed in the working tree
      * since): when the first page of a conversion could not be mapped
-     * again (expandable.c:xs_exp_convert), the unmapped block it had split
+     * again (expandable.c:convert), the unmapped block it had split
      * at the handle's start stayed split: two adjacent free unmapped
      * blocks, "were not merged". */
     if (faulted || g_step % HEAP_EVERY == 0) check_heap();

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "stats.h"
+#include "expandable.h"
 #include "testutil.h"
 
 /* ======================================================================== */
@@ -601,9 +602,10 @@ static const char *const g_derived_keys[] = {"largest_free_block", "external_fra
                                               "rounding_waste_bytes"};
 
 #define NAME_OF(name, help) #name,
-static const char *const g_pooled[] = {XS_STATS_POOLED(NAME_OF)};
-static const char *const g_gauges[] = {XS_STATS_GAUGES(NAME_OF)};
-static const char *const g_counters[] = {XS_STATS_COUNTERS(NAME_OF)};
+/* The allocator's own and the physical layer's (vmm/vmm.h). */
+static const char *const g_pooled[] = {XS_STATS_POOLED(NAME_OF) XS_VMM_POOLED(NAME_OF)};
+static const char *const g_gauges[] = {XS_STATS_GAUGES(NAME_OF) XS_VMM_GAUGES(NAME_OF)};
+static const char *const g_counters[] = {XS_STATS_COUNTERS(NAME_OF) XS_VMM_COUNTERS(NAME_OF)};
 #undef NAME_OF
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1005,7 +1007,7 @@ XT_TEST(json_is_snprintf_like_and_stable) {
  *    looked at.
  *  - The pool is small when the rounded size is <= XS_SMALL_MAX (1 MiB).
  *  - xs_carve cuts exactly the rounded size out of the free block whenever
- *    xs_should_split says so, and in expandable mode it says so for any
+ *    the strategy's should_split says so, and in expandable mode it says so for any
  *    remainder of at least 512 bytes - which every remainder is, sizes being
  *    multiples of 512.  The rules that keep a block whole (max_split_size,
  *    whose default "auto" is unlimited in expandable mode, and the binned
@@ -1131,11 +1133,11 @@ static void m_reset_peaks(void) {
 /* The size of a new block, from the snapshot, against the rules.
  * Expandable mode: exactly the request rounded to 512 (see the comment at
  * the top of the model).  One exception (XS_PLENTIFUL,
- * pool/expandable.c:xs_exp_grow): a large request that grows the pool while
+ * pool/expandable.c:grow): a large request that grows the pool while
  * at least limit / XS_PLENTIFUL would stay free, and whose last page's rest
  * is at most an eighth of it, takes that rest, so its block ends on a page
  * boundary, less than a page past the rounded size.
- * Binned mode: the rounded size, plus what xs_should_split leaves unsplit:
+ * Binned mode: the rounded size, plus what the binned strategy's should_split leaves unsplit:
  * a large-pool remainder of at most 1 MiB, or, for blocks of
  * max_split_size (64 MiB by default) and more, less than
  * XS_OVERSIZE_SLACK.  Small-pool blocks are always exact. */

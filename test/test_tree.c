@@ -1,7 +1,7 @@
 /* test_tree.c: the free-set tree and the pointer map against simple
  * reference models, over random operation sequences.
  */
-#include "internal.h"
+#include "block.h"
 #include "xtest.h"
 
 static uint64_t rng = 88172645463325252ull;

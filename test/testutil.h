@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "host_backend.h"
-#include "internal.h"
+#include "init.h"
 #include "xseg.h"
 #include "xtest.h"
 

@@ -112,7 +112,7 @@ struct xs_backend_s {
   int (*event_query)(xs_backend_t *b, int dev, xs_event_t ev); /* 0 done, XSEG_ENOTREADY */
   int (*event_sync)(xs_backend_t *b, int dev, xs_event_t ev);
 
-  /* Monotonic clock in nanoseconds (replaceable by tests). */
+  /* Monotonic clock in nanoseconds. */
   uint64_t (*now_ns)(xs_backend_t *b);
 
   /* The backend's own text for the calling thread's last failed call. */

@@ -113,7 +113,6 @@ typedef struct host_s {
   size_t nma, capma;
   uint64_t ncalls[XS_CALL__COUNT];
   hfault_t fault[XS_CALL__COUNT];
-  uint64_t (*clock)(void);
 } host_t;
 
 static _Thread_local char host_err[256];
@@ -617,8 +616,8 @@ uint64_t xs_clock_ns(void) {
 }
 
 static uint64_t host_now(xs_backend_t *b) {
-  host_t *h = H(b);
-  return h->clock ? h->clock() : xs_clock_ns();
+  (void)b;
+  return xs_clock_ns();
 }
 
 static const char *host_error_string(xs_backend_t *b) {
@@ -794,11 +793,4 @@ int xs_host_stream_idle(xs_backend_t *b, xseg_stream_t s) {
   int idle = st == NULL || st->completed == st->submitted;
   pthread_mutex_unlock(&h->mu);
   return idle;
-}
-
-void xs_host_set_clock(xs_backend_t *b, uint64_t (*now_ns)(void)) {
-  host_t *h = H(b);
-  pthread_mutex_lock(&h->mu);
-  h->clock = now_ns;
-  pthread_mutex_unlock(&h->mu);
 }

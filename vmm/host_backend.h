@@ -56,7 +56,4 @@ void xs_host_stream_release(xs_backend_t *b, xseg_stream_t s);  /* finish and st
 /* 1 if every event recorded on `s` so far has completed. */
 int xs_host_stream_idle(xs_backend_t *b, xseg_stream_t s);
 
-/* Replace the clock (NULL restores CLOCK_MONOTONIC). */
-void xs_host_set_clock(xs_backend_t *b, uint64_t (*now_ns)(void));
-
 #endif /* XSEG_VMM_HOST_BACKEND_H */

@@ -5,287 +5,357 @@
  * statistics), where the device's memory cap is enforced (held bytes never
  * exceed the limit from per_process_memory_fraction / max_memory_mb), and
  * where a failure becomes a message naming the call, the address, the size
- * and the backend's own error text.  It also keeps the pool of idle events.
- * Callers hold the device lock.
+ * and the backend's own error text (xs_vmm_error).  It also keeps the pool
+ * of idle events.  Callers hold the device lock.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "vmm.h"
 
 const char *const xs_call_names[XS_CALL__COUNT] = {
     "reserve",      "unreserve",     "create",       "release",     "map",
     "unmap",        "set_access",    "mem_alloc",    "mem_free",    "event_create",
     "event_destroy", "event_record", "event_query",  "event_sync",  "mem_info"};
 
-static const char *be_err(xs_device_t *d) {
-  const char *s = d->phys.be->error_string(d->phys.be);
+/* ---- errors and asserts ------------------------------------------------------------ */
+
+static _Thread_local char t_msg[1024];
+
+const char *xs_vmm_error(void) { return t_msg; }
+
+int xs_vmm_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_msg, sizeof t_msg, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void xs_assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "xseg: internal error: %s:%d: assertion failed: %s\n", file, line, expr);
+  abort();
+}
+
+static const char *be_err(const xs_vmm_t *v) {
+  const char *s = v->be->error_string(v->be);
   return s && *s ? s : "no detail";
 }
 
-static inline uint64_t now(xs_device_t *d) { return d->phys.be->now_ns(d->phys.be); }
+static inline uint64_t now(const xs_vmm_t *v) { return v->be->now_ns(v->be); }
 
-int xs_phys_init(xs_device_t *d, xs_backend_t *be, int dev, const xs_config_t *cfg) {
-  xs_phys_t *ph = &d->phys;
-  memset(ph, 0, sizeof *ph);
-  ph->be = be;
-  ph->dev = dev;
+/* ---- the device ---------------------------------------------------------------------- */
+
+int xs_vmm_device_count(xs_backend_t *be, int *n) {
+  int rc = be->device_count(be, n);
+  if (rc != 0) return xs_vmm_fail(rc, "%s", be->error_string(be));
+  return 0;
+}
+
+/* min(fraction x total, max_bytes when set), in whole pages. */
+static size_t cap_of(const xs_vmm_t *v, double fraction, size_t max_bytes) {
+  double frac = fraction * (double)v->total;
+  size_t limit = frac >= (double)v->total ? v->total : (size_t)frac;
+  if (max_bytes != 0 && max_bytes < limit) limit = max_bytes;
+  return limit / v->gran * v->gran;
+}
+
+int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t max_bytes, int peer_access) {
+  memset(v, 0, sizeof *v);
+  v->be = be;
+  v->dev = dev;
   xs_devinfo_t info;
   int rc = be->device_info(be, dev, &info);
-  if (rc != 0) return xs_error(rc, "xseg: device %d: cannot query the device: %s", dev, be_err(d));
+  if (rc != 0) return xs_vmm_fail(rc, "xseg: device %d: cannot query the device: %s", dev, be_err(v));
   if (info.granularity == 0 || (info.granularity & (info.granularity - 1)) != 0)
-    return xs_error(XSEG_EBACKEND, "xseg: device %d: granularity %zu is not a power of two", dev,
-                    info.granularity);
-  ph->gran = info.granularity;
-  ph->total = info.total;
-  ph->vmm = info.vmm;
-  double frac = cfg->memory_fraction * (double)info.total;
-  size_t limit = frac >= (double)info.total ? info.total : (size_t)frac;
-  if (cfg->max_memory != 0 && cfg->max_memory < limit) limit = cfg->max_memory;
-  ph->limit = limit / ph->gran * ph->gran;
-  if (cfg->peer_access) {
+    return xs_vmm_fail(XSEG_EBACKEND, "xseg: device %d: granularity %zu is not a power of two", dev,
+                       info.granularity);
+  v->gran = info.granularity;
+  v->total = info.total;
+  v->vmm = info.vmm;
+  snprintf(v->name, sizeof v->name, "%s", info.name);
+  v->limit = cap_of(v, fraction, max_bytes);
+  if (peer_access) {
     int n = 0;
     if (be->device_count(be, &n) == 0) {
-      for (int p = 0; p < n && ph->npeers < 64; p++) {
+      for (int p = 0; p < n && v->npeers < XS_VMM_MAX_PEERS; p++) {
         int can = 0;
-        if (p != dev && be->can_access_peer(be, dev, p, &can) == 0 && can) ph->peers[ph->npeers++] = p;
+        if (p != dev && be->can_access_peer(be, dev, p, &can) == 0 && can) v->peers[v->npeers++] = p;
       }
     }
   }
   return 0;
 }
 
-int xs_phys_reserve(xs_device_t *d, size_t size, uintptr_t *addr) {
-  xs_backend_t *be = d->phys.be;
-  int rc = be->reserve(be, d->phys.dev, size, d->phys.gran, addr);
-  if (rc != 0)
-    return xs_error(rc, "xseg: device %d: reserving %zu bytes of address space failed: %s", d->id,
-                    size, be_err(d));
-  d->stats.num_reserve++;
-  xs_gauge_add(&d->stats.reserved_address_bytes, (int64_t)size);
+void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes) { v->limit = cap_of(v, fraction, max_bytes); }
+
+uint64_t xs_vmm_now(const xs_vmm_t *v) { return now(v); }
+
+int xs_vmm_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total) {
+  int rc = v->be->mem_info(v->be, v->dev, free_bytes, total);
+  if (rc != 0) return xs_vmm_fail(rc, "xseg: device %d: querying free memory failed: %s", v->dev, be_err(v));
   return 0;
 }
 
-int xs_phys_unreserve(xs_device_t *d, uintptr_t addr, size_t size) {
-  xs_backend_t *be = d->phys.be;
-  int rc = be->unreserve(be, d->phys.dev, addr, size);
+int xs_vmm_can_access_peer(xs_vmm_t *v, int peer, int *can) {
+  int rc = v->be->can_access_peer(v->be, v->dev, peer, can);
   if (rc != 0)
-    return xs_error(rc, "xseg: device %d: freeing the address range %#lx (+%zu) failed: %s", d->id,
-                    (unsigned long)addr, size, be_err(d));
-  d->stats.num_unreserve++;
-  xs_gauge_add(&d->stats.reserved_address_bytes, -(int64_t)size);
+    return xs_vmm_fail(rc, "xseg: device %d: asking whether device %d can reach it failed: %s", v->dev, peer,
+                       be_err(v));
   return 0;
 }
 
-int xs_phys_create(xs_device_t *d, size_t size, xs_chunk_t **out) {
-  xs_phys_t *ph = &d->phys;
-  if (ph->held > ph->limit || size > ph->limit - ph->held)
-    return xs_error(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes",
-                    d->id, size, ph->limit);
+void xs_vmm_add_peer(xs_vmm_t *v, int peer) {
+  for (int i = 0; i < v->npeers; i++)
+    if (v->peers[i] == peer) return;
+  if (v->npeers < XS_VMM_MAX_PEERS) v->peers[v->npeers++] = peer;
+}
+
+/* ---- address ranges ------------------------------------------------------------------- */
+
+/* Reserve size bytes of address space (vmm/segment.c builds ranges on it). */
+int xs_vmm_reserve(xs_vmm_t *v, size_t size, uintptr_t *addr) {
+  int rc = v->be->reserve(v->be, v->dev, size, v->gran, addr);
+  if (rc != 0)
+    return xs_vmm_fail(rc, "xseg: device %d: reserving %zu bytes of address space failed: %s", v->dev, size,
+                       be_err(v));
+  v->st.num_reserve++;
+  xs_gauge_add(&v->st.reserved_address_bytes, (int64_t)size);
+  return 0;
+}
+
+int xs_vmm_unreserve(xs_vmm_t *v, uintptr_t addr, size_t size) {
+  int rc = v->be->unreserve(v->be, v->dev, addr, size);
+  if (rc != 0)
+    return xs_vmm_fail(rc, "xseg: device %d: freeing the address range %#lx (+%zu) failed: %s", v->dev,
+                       (unsigned long)addr, size, be_err(v));
+  v->st.num_unreserve++;
+  xs_gauge_add(&v->st.reserved_address_bytes, -(int64_t)size);
+  return 0;
+}
+
+static int over_limit(const xs_vmm_t *v, size_t size) {
+  return v->held > v->limit || size > v->limit - v->held;
+}
+
+int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
+  if (over_limit(v, size))
+    return xs_vmm_fail(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes", v->dev,
+                       size, v->limit);
+  uint64_t t0 = now(v);
+  int rc = v->be->mem_alloc(v->be, v->dev, size, addr);
+  v->st.time_create_ns += now(v) - t0;
+  if (rc != 0)
+    return xs_vmm_fail(rc, "xseg: device %d: allocating a segment of %zu bytes failed: %s", v->dev, size,
+                       be_err(v));
+  v->held += size;
+  v->st.num_device_alloc++;
+  xs_gauge_add(&v->st.held_bytes, (int64_t)size);
+  xs_gauge_add(&v->st.mapped_bytes, (int64_t)size);
+  xs_stat_add(v->st.reserved_bytes, tag, (int64_t)size);
+  xs_stat_add(v->st.segment, tag, 1);
+  return 0;
+}
+
+int xs_vmm_mem_free(xs_vmm_t *v, uintptr_t addr, size_t size, int tag) {
+  uint64_t t0 = now(v);
+  int rc = v->be->mem_free(v->be, v->dev, addr, size);
+  v->st.time_release_ns += now(v) - t0;
+  if (rc != 0)
+    return xs_vmm_fail(rc, "xseg: device %d: freeing the segment %#lx (+%zu) failed: %s", v->dev,
+                       (unsigned long)addr, size, be_err(v));
+  v->held -= size;
+  v->st.num_device_free++;
+  xs_gauge_add(&v->st.held_bytes, -(int64_t)size);
+  xs_gauge_add(&v->st.mapped_bytes, -(int64_t)size);
+  xs_stat_add(v->st.reserved_bytes, tag, -(int64_t)size);
+  xs_stat_add(v->st.segment, tag, -1);
+  return 0;
+}
+
+/* ---- physical handles ----------------------------------------------------------------- */
+
+int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
+  if (over_limit(v, size))
+    return xs_vmm_fail(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes", v->dev,
+                       size, v->limit);
   xs_chunk_t *c = calloc(1, sizeof *c);
-  if (!c) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
-  uint64_t t0 = now(d);
-  int rc = ph->be->create(ph->be, ph->dev, size, &c->h);
-  d->stats.time_create_ns += now(d) - t0;
+  if (!c) return xs_vmm_fail(XSEG_ENOMEM, "xseg: out of host memory");
+  uint64_t t0 = now(v);
+  int rc = v->be->create(v->be, v->dev, size, &c->h);
+  v->st.time_create_ns += now(v) - t0;
   if (rc != 0) {
     free(c);
-    return xs_error(rc, "xseg: device %d: creating a physical handle of %zu bytes failed: %s", d->id,
-                    size, be_err(d));
+    return xs_vmm_fail(rc, "xseg: device %d: creating a physical handle of %zu bytes failed: %s", v->dev, size,
+                       be_err(v));
   }
   c->size = size;
   c->created_ns = t0;
-  ph->held += size;
-  d->stats.num_device_alloc++;
-  xs_gauge_add(&d->stats.handles_live, 1);
-  xs_gauge_add(&d->stats.held_bytes, (int64_t)size);
+  v->held += size;
+  v->st.num_device_alloc++;
+  xs_gauge_add(&v->st.handles_live, 1);
+  xs_gauge_add(&v->st.held_bytes, (int64_t)size);
   *out = c;
   return 0;
 }
 
-int xs_phys_release(xs_device_t *d, xs_chunk_t *c) {
-  xs_phys_t *ph = &d->phys;
-  xs_assert_internal(c->seg == NULL);
-  uint64_t t0 = now(d);
-  int rc = ph->be->release(ph->be, ph->dev, c->h);
-  d->stats.time_release_ns += now(d) - t0;
+int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c) {
+  xs_assert_internal(c->vs == NULL);
+  uint64_t t0 = now(v);
+  int rc = v->be->release(v->be, v->dev, c->h);
+  v->st.time_release_ns += now(v) - t0;
   if (rc != 0)
-    return xs_error(rc, "xseg: device %d: releasing a physical handle of %zu bytes failed: %s", d->id,
-                    c->size, be_err(d));
-  ph->held -= c->size;
-  d->stats.num_device_free++;
-  xs_gauge_add(&d->stats.handles_live, -1);
-  xs_gauge_add(&d->stats.held_bytes, -(int64_t)c->size);
+    return xs_vmm_fail(rc, "xseg: device %d: releasing a physical handle of %zu bytes failed: %s", v->dev,
+                       c->size, be_err(v));
+  v->held -= c->size;
+  v->st.num_device_free++;
+  xs_gauge_add(&v->st.handles_live, -1);
+  xs_gauge_add(&v->st.held_bytes, -(int64_t)c->size);
   free(c);
   return 0;
 }
 
 /* The owner first, then the peers. */
-static int access_list(xs_device_t *d, int *devs) {
-  devs[0] = d->phys.dev;
-  for (int i = 0; i < d->phys.npeers; i++) devs[1 + i] = d->phys.peers[i];
-  return 1 + d->phys.npeers;
+static int access_list(const xs_vmm_t *v, int *devs) {
+  devs[0] = v->dev;
+  for (int i = 0; i < v->npeers; i++) devs[1 + i] = v->peers[i];
+  return 1 + v->npeers;
 }
 
-int xs_phys_set_access(xs_device_t *d, uintptr_t addr, size_t size) {
-  xs_phys_t *ph = &d->phys;
-  int devs[65];
-  int n = access_list(d, devs);
-  uint64_t t0 = now(d);
-  int rc = ph->be->set_access(ph->be, ph->dev, addr, size, devs, n);
-  d->stats.time_set_access_ns += now(d) - t0;
-  d->stats.num_set_access++;
+int xs_vmm_set_access(xs_vmm_t *v, uintptr_t addr, size_t size) {
+  int devs[1 + XS_VMM_MAX_PEERS];
+  int n = access_list(v, devs);
+  uint64_t t0 = now(v);
+  int rc = v->be->set_access(v->be, v->dev, addr, size, devs, n);
+  v->st.time_set_access_ns += now(v) - t0;
+  v->st.num_set_access++;
   if (rc != 0)
-    return xs_error(rc, "xseg: device %d: setting access to %#lx (+%zu) for %d device(s) failed: %s",
-                    d->id, (unsigned long)addr, size, n, be_err(d));
+    return xs_vmm_fail(rc, "xseg: device %d: setting access to %#lx (+%zu) for %d device(s) failed: %s", v->dev,
+                       (unsigned long)addr, size, n, be_err(v));
   return 0;
 }
 
-int xs_phys_map(xs_device_t *d, xs_segment_t *seg, xs_chunk_t *c, uintptr_t addr) {
-  xs_phys_t *ph = &d->phys;
-  uint64_t t0 = now(d);
-  int rc = ph->be->map(ph->be, ph->dev, addr, c->size, c->h);
-  d->stats.time_map_ns += now(d) - t0;
+/* A chunk counts as mapped (bytes, and one more segment under its range's
+ * tag) from its map until its unmap. */
+static void count_mapped(xs_vmm_t *v, const xs_chunk_t *c, int sign) {
+  xs_gauge_add(&v->st.mapped_bytes, sign * (int64_t)c->size);
+  xs_stat_add(v->st.reserved_bytes, c->vs->tag, sign * (int64_t)c->size);
+  xs_stat_add(v->st.segment, c->vs->tag, sign);
+}
+
+int xs_vmm_map(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c, uintptr_t addr) {
+  uint64_t t0 = now(v);
+  int rc = v->be->map(v->be, v->dev, addr, c->size, c->h);
+  v->st.time_map_ns += now(v) - t0;
   if (rc != 0)
-    return xs_error(rc, "xseg: device %d: mapping %zu bytes at %#lx failed: %s", d->id, c->size,
-                    (unsigned long)addr, be_err(d));
-  d->stats.num_map++;
-  rc = xs_phys_set_access(d, addr, c->size);
-  c->seg = seg;
+    return xs_vmm_fail(rc, "xseg: device %d: mapping %zu bytes at %#lx failed: %s", v->dev, c->size,
+                       (unsigned long)addr, be_err(v));
+  v->st.num_map++;
+  rc = xs_vmm_set_access(v, addr, c->size);
+  c->vs = vs;
   c->addr = addr;
   if (rc != 0) {
     /* Leave no mapping behind without access: undo it.  If even that is
-     * refused, the chunk stays mapped (c->seg set): counted as mapped, and
+     * refused, the chunk stays mapped (c->vs set): counted as mapped, and
      * the caller keeps it aside until an unmap succeeds. */
-    t0 = now(d);
-    int urc = ph->be->unmap(ph->be, ph->dev, addr, c->size);
-    d->stats.time_unmap_ns += now(d) - t0;
+    t0 = now(v);
+    int urc = v->be->unmap(v->be, v->dev, addr, c->size);
+    v->st.time_unmap_ns += now(v) - t0;
     if (urc == 0) {
-      d->stats.num_unmap++;
-      c->seg = NULL;
+      v->st.num_unmap++;
+      c->vs = NULL;
       c->addr = 0;
       return rc;
     }
   }
-  xs_gauge_add(&d->stats.mapped_bytes, (int64_t)c->size);
-  int cls = seg->pool->cls;
-  xs_stat_add(d->stats.reserved_bytes, cls, (int64_t)c->size);
-  xs_stat_add(d->stats.segment, cls, 1);
+  count_mapped(v, c, 1);
   return rc;
 }
 
-int xs_phys_unmap(xs_device_t *d, xs_chunk_t *c) {
-  xs_phys_t *ph = &d->phys;
-  uint64_t t0 = now(d);
-  int rc = ph->be->unmap(ph->be, ph->dev, c->addr, c->size);
-  d->stats.time_unmap_ns += now(d) - t0;
+int xs_vmm_unmap(xs_vmm_t *v, xs_chunk_t *c) {
+  uint64_t t0 = now(v);
+  int rc = v->be->unmap(v->be, v->dev, c->addr, c->size);
+  v->st.time_unmap_ns += now(v) - t0;
   if (rc != 0)
-    return xs_error(rc, "xseg: device %d: unmapping %zu bytes at %#lx failed: %s", d->id, c->size,
-                    (unsigned long)c->addr, be_err(d));
-  d->stats.num_unmap++;
-  int cls = c->seg->pool->cls;
-  xs_gauge_add(&d->stats.mapped_bytes, -(int64_t)c->size);
-  xs_stat_add(d->stats.reserved_bytes, cls, -(int64_t)c->size);
-  xs_stat_add(d->stats.segment, cls, -1);
-  c->seg = NULL;
+    return xs_vmm_fail(rc, "xseg: device %d: unmapping %zu bytes at %#lx failed: %s", v->dev, c->size,
+                       (unsigned long)c->addr, be_err(v));
+  v->st.num_unmap++;
+  count_mapped(v, c, -1);
+  c->vs = NULL;
   c->addr = 0;
   return 0;
 }
 
-int xs_phys_mem_alloc(xs_device_t *d, size_t size, uintptr_t *addr) {
-  xs_phys_t *ph = &d->phys;
-  if (ph->held > ph->limit || size > ph->limit - ph->held)
-    return xs_error(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes",
-                    d->id, size, ph->limit);
-  uint64_t t0 = now(d);
-  int rc = ph->be->mem_alloc(ph->be, ph->dev, size, addr);
-  d->stats.time_create_ns += now(d) - t0;
-  if (rc != 0)
-    return xs_error(rc, "xseg: device %d: allocating a segment of %zu bytes failed: %s", d->id, size,
-                    be_err(d));
-  ph->held += size;
-  d->stats.num_device_alloc++;
-  xs_gauge_add(&d->stats.held_bytes, (int64_t)size);
-  xs_gauge_add(&d->stats.mapped_bytes, (int64_t)size);
-  return 0;
-}
+/* ---- events ------------------------------------------------------------------------- */
 
-int xs_phys_mem_free(xs_device_t *d, uintptr_t addr, size_t size) {
-  xs_phys_t *ph = &d->phys;
-  uint64_t t0 = now(d);
-  int rc = ph->be->mem_free(ph->be, ph->dev, addr, size);
-  d->stats.time_release_ns += now(d) - t0;
-  if (rc != 0)
-    return xs_error(rc, "xseg: device %d: freeing the segment %#lx (+%zu) failed: %s", d->id,
-                    (unsigned long)addr, size, be_err(d));
-  ph->held -= size;
-  d->stats.num_device_free++;
-  xs_gauge_add(&d->stats.held_bytes, -(int64_t)size);
-  xs_gauge_add(&d->stats.mapped_bytes, -(int64_t)size);
-  return 0;
-}
-
-int xs_phys_mem_info(xs_device_t *d, size_t *free_bytes, size_t *total) {
-  xs_phys_t *ph = &d->phys;
-  int rc = ph->be->mem_info(ph->be, ph->dev, free_bytes, total);
-  if (rc != 0) return xs_error(rc, "xseg: device %d: querying free memory failed: %s", d->id, be_err(d));
-  return 0;
-}
-
-/* ---- events ------------------------------------------------------------------- */
-
-int xs_phys_event_get(xs_device_t *d, xs_event_t *ev) {
-  if (d->nevents > 0) {
-    *ev = d->events[--d->nevents];
+int xs_vmm_event_get(xs_vmm_t *v, xs_event_t *ev) {
+  if (v->nevents > 0) {
+    *ev = v->events[--v->nevents];
     return 0;
   }
-  xs_phys_t *ph = &d->phys;
-  int rc = ph->be->event_create(ph->be, ph->dev, ev);
-  if (rc != 0) return xs_error(rc, "xseg: device %d: creating an event failed: %s", d->id, be_err(d));
+  int rc = v->be->event_create(v->be, v->dev, ev);
+  if (rc != 0) return xs_vmm_fail(rc, "xseg: device %d: creating an event failed: %s", v->dev, be_err(v));
   return 0;
 }
 
-void xs_phys_event_put(xs_device_t *d, xs_event_t ev) {
-  if (d->nevents == d->capevents) {
-    size_t n = d->capevents ? d->capevents * 2 : 16;
-    xs_event_t *e = realloc(d->events, n * sizeof *e);
+void xs_vmm_event_put(xs_vmm_t *v, xs_event_t ev) {
+  if (v->nevents == v->capevents) {
+    size_t n = v->capevents ? v->capevents * 2 : 16;
+    xs_event_t *e = realloc(v->events, n * sizeof *e);
     if (!e) {
-      d->phys.be->event_destroy(d->phys.be, d->phys.dev, ev);
+      v->be->event_destroy(v->be, v->dev, ev);
       return;
     }
-    d->events = e;
-    d->capevents = n;
+    v->events = e;
+    v->capevents = n;
   }
-  d->events[d->nevents++] = ev;
+  v->events[v->nevents++] = ev;
 }
 
-int xs_phys_event_record(xs_device_t *d, xs_event_t ev, xseg_stream_t s) {
-  xs_phys_t *ph = &d->phys;
-  int rc = ph->be->event_record(ph->be, ph->dev, ev, s);
+int xs_vmm_event_record(xs_vmm_t *v, xs_event_t ev, xseg_stream_t s) {
+  int rc = v->be->event_record(v->be, v->dev, ev, s);
   if (rc != 0)
-    return xs_error(rc, "xseg: device %d: recording an event on stream %p failed: %s", d->id, (void *)s,
-                    be_err(d));
+    return xs_vmm_fail(rc, "xseg: device %d: recording an event on stream %p failed: %s", v->dev, (void *)s,
+                       be_err(v));
   return 0;
 }
 
-int xs_phys_event_query(xs_device_t *d, xs_event_t ev) {
-  xs_phys_t *ph = &d->phys;
-  int rc = ph->be->event_query(ph->be, ph->dev, ev);
+int xs_vmm_event_query(xs_vmm_t *v, xs_event_t ev) {
+  int rc = v->be->event_query(v->be, v->dev, ev);
   if (rc != 0 && rc != XSEG_ENOTREADY)
-    return xs_error(rc, "xseg: device %d: querying an event failed: %s", d->id, be_err(d));
+    return xs_vmm_fail(rc, "xseg: device %d: querying an event failed: %s", v->dev, be_err(v));
   return rc;
 }
 
-int xs_phys_event_sync(xs_device_t *d, xs_event_t ev) {
-  xs_phys_t *ph = &d->phys;
-  int rc = ph->be->event_sync(ph->be, ph->dev, ev);
-  if (rc != 0) return xs_error(rc, "xseg: device %d: waiting for an event failed: %s", d->id, be_err(d));
+int xs_vmm_event_sync(xs_vmm_t *v, xs_event_t ev) {
+  int rc = v->be->event_sync(v->be, v->dev, ev);
+  if (rc != 0) return xs_vmm_fail(rc, "xseg: device %d: waiting for an event failed: %s", v->dev, be_err(v));
   return 0;
 }
 
-void xs_phys_destroy_events(xs_device_t *d) {
-  xs_phys_t *ph = &d->phys;
-  for (size_t i = 0; i < d->nevents; i++) ph->be->event_destroy(ph->be, ph->dev, d->events[i]);
-  free(d->events);
-  d->events = NULL;
-  d->nevents = d->capevents = 0;
+static void destroy_events(xs_vmm_t *v) {
+  for (size_t i = 0; i < v->nevents; i++) v->be->event_destroy(v->be, v->dev, v->events[i]);
+  free(v->events);
+  v->events = NULL;
+  v->nevents = v->capevents = 0;
+}
+
+void xs_vmm_fini(xs_vmm_t *v) {
+  xs_vmm_unstick(v);
+  xs_vmm_cache_release(v, 0);
+  destroy_events(v);
+}
+
+/* ---- statistics ------------------------------------------------------------------------ */
+
+void xs_vmm_reset_peaks(xs_vmm_stats_t *s) {
+#define RESET_POOLED(name, help) \
+  for (int t = 0; t < XS_STAT_NTYPES; t++) s->name[t].peak = s->name[t].current;
+  XS_VMM_POOLED(RESET_POOLED)
+#undef RESET_POOLED
+#define RESET_GAUGE(name, help) s->name.peak = s->name.current;
+  XS_VMM_GAUGES(RESET_GAUGE)
+#undef RESET_GAUGE
 }

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "host_backend.h"
-#include "internal.h"
+#include "init.h"
 #include "xseg.h"
 
 #if defined(__has_feature)
@@ -198,7 +198,7 @@ static void op_malloc(in_t *in) {
   }
   /* BUG (conversion failure, fixed in the working tree since): a fault in
    * the re-mapping of a large handle being converted to pages
-   * (expandable.c:xs_exp_convert) left xs_malloc carving a stale block on
+   * (expandable.c:convert) left xs_malloc carving a stale block on
    * unmapped pages.  Look before writing, so such a block is reported, not
    * a SIGSEGV.  BUG (unmerged after a failed conversion, fixed since):
    * the heap check here (or in check_all) also caught the two free
@@ -291,22 +291,22 @@ static void op_misuse(in_t *in) {
 static int g_conf;
 
 /* Segments still mapped at shutdown stay allocated on purpose
- * (expandable.c:xs_exp_destroy_pool): tell LeakSanitizer, which would
+ * (expandable.c:exp_destroy_pool): tell LeakSanitizer, which would
  * otherwise stop the fuzzer on them.  (They are lost for good: a small
  * host-memory leak per segment the driver would not unmap.) */
 static void leave_mapped_segments(void) {
 #ifdef FUZZ_LSAN
   const xs_device_t *d = xs_device_peek(0);
-  if (!d || d->mode != XS_MODE_EXPANDABLE) return;
+  if (!d || d->strat != &xs_expandable_strategy) return;
   for (size_t i = 0; i < d->nstreams; i++)
     for (int k = 0; k < XS_NCLASS; k++)
       for (const xs_segment_t *seg = d->streams[i]->pools[k].segs; seg; seg = seg->next) {
-        if (seg->mapped == 0 && seg->head && !seg->head->next) continue;
+        if (seg->vs.mapped == 0 && seg->head && !seg->head->next) continue;
         __lsan_ignore_object(seg);
-        __lsan_ignore_object(seg->pages);
-        for (size_t pg = 0; pg < seg->npages; pg++)
-          if (seg->pages[pg] && (pg == 0 || seg->pages[pg - 1] != seg->pages[pg]))
-            __lsan_ignore_object(seg->pages[pg]);
+        __lsan_ignore_object(seg->vs.pages);
+        for (size_t pg = 0; pg < seg->vs.npages; pg++)
+          if (seg->vs.pages[pg] && (pg == 0 || seg->vs.pages[pg - 1] != seg->vs.pages[pg]))
+            __lsan_ignore_object(seg->vs.pages[pg]);
       }
 #endif
 }
@@ -454,10 +454,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (refuse_at_end) {
     /* Shut down while the driver refuses every unmap: the segments still
      * mapped must be left alone, the others freed, nothing touched twice.
-     * BUG (shutdown use-after-free): xs_exp_destroy_pool skips such a
+     * BUG (shutdown use-after-free): expandable.c:exp_destroy_pool skips such a
      * segment by moving the list head without clearing the next one's prev
      * link; freeing that next segment leaves the head dangling (ASan:
-     * heap-use-after-free in xs_exp_destroy_pool). */
+     * heap-use-after-free in expandable.c:exp_destroy_pool). */
     xs_host_fail_clear(g_be);
     for (int i = 1; i < NSTREAMS; i++) xs_host_stream_release(g_be, g_streams[i]);
     while (g_nlive) {

@@ -1,0 +1,201 @@
+/* pool/device.h: the device allocator - segments, pools, streams, the
+ * device, and the strategy interface its two memory sources implement.
+ *
+ * The data model, from the bottom up (blocks: pool/block.h; ranges and
+ * chunks: vmm/vmm.h):
+ *
+ *   xs_segment_t  a range of device addresses (an xs_vseg_t) whose blocks
+ *                 tile it exactly.  Expandable: a reservation whose pages
+ *                 map on demand.  Binned: one allocation that never changes
+ *                 size.
+ *   xs_pool_t     the blocks of one stream and one size class (small:
+ *                 requests <= 1 MiB, large: the rest): its segments and its
+ *                 free sets, ordered by (size, address) for best fit.
+ *   xs_stream_t   per-stream state: two pools and the free-sequence counters
+ *                 that say which frees the GPU has certainly finished with.
+ *   xs_device_t   one allocator per device: one lock, the physical layer,
+ *                 the streams, the map from live pointers to blocks, stats,
+ *                 and the strategy in use.
+ *   xs_strategy_t where a pool's memory comes from: pages mapped on demand
+ *                 (pool/expandable.c) or whole segments (pool/binned.c).
+ *                 pool/alloc.c keeps the policy common to both.
+ */
+#ifndef XSEG_POOL_DEVICE_H
+#define XSEG_POOL_DEVICE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block.h"
+#include "config.h"
+#include "error.h"
+#include "stats.h"
+#include "vmm.h"
+#include "xseg.h"
+
+/* ---- constants ---------------------------------------------------------- */
+
+#define XS_SMALL_MAX ((size_t)1 << 20)         /* requests <= 1 MiB are small */
+#define XS_BINNED_SMALL_SEG ((size_t)2 << 20)  /* binned: small segments */
+#define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
+#define XS_BINNED_MID_MAX ((size_t)10 << 20)
+#define XS_OVERSIZE_SLACK ((size_t)20 << 20)   /* max waste on an oversize block */
+#define XS_BINNED_AUTO_SPLIT ((size_t)64 << 20) /* binned max_split_size_mb:auto */
+
+enum { XS_SMALL = 0, XS_LARGE = 1, XS_NCLASS = 2 };
+
+/* A strategy's or the allocator's failure other than a lack of device
+ * memory: the thread's error says why. */
+#define XS_FAILED (-1)
+
+typedef struct xs_pool_s xs_pool_t;
+typedef struct xs_stream_s xs_stream_t;
+typedef struct xs_device_s xs_device_t;
+
+/* ---- segments, pools and streams ------------------------------------------------ */
+
+struct xs_segment_s {
+  xs_pool_t *pool;
+  xs_vseg_t vs;                /* the addresses: base, size, page table */
+  xs_block_t *head;            /* lowest block */
+  xs_segment_t *next, *prev;   /* in the pool */
+  int binned;                  /* 1: binned segment (vs is fixed) */
+  size_t live_bytes;           /* bytes of live and pending blocks */
+  uint64_t last_free_ns;       /* binned gc: the oldest wholly free segments go first */
+};
+
+struct xs_pool_s {
+  xs_stream_t *st;
+  int cls;                  /* XS_SMALL or XS_LARGE */
+  xs_tree_t free;           /* mapped free blocks */
+  xs_tree_t unmapped;       /* expandable: free blocks with no page mapped */
+  xs_segment_t *segs;
+  size_t nsegs;
+};
+
+struct xs_stream_s {
+  xseg_stream_t s;
+  xs_device_t *dev;
+  xs_pool_t pools[XS_NCLASS];
+  uint64_t free_seq;   /* incremented by every free on this stream */
+  uint64_t safe_seq;   /* frees with free_seq <= safe_seq are finished on the GPU */
+  xs_event_t fence;    /* outstanding fence (recorded, not yet seen complete) */
+  uint64_t fence_seq;  /* free_seq when the fence was recorded */
+};
+
+/* A block waiting for an event of another stream before it becomes free.
+ * ev == NULL means the event could not be recorded yet (retried later). */
+typedef struct xs_pending_s {
+  xs_event_t ev;
+  xs_block_t *b;
+  xseg_stream_t s;
+} xs_pending_t;
+
+/* ---- the strategy interface -------------------------------------------------------- */
+
+/* Where a request goes: [addr, addr + take) of free mapped block b. */
+typedef struct xs_fit_s {
+  xs_block_t *b;
+  uintptr_t addr;
+  size_t take;       /* the rounded size, or up to the end of its last page */
+  xs_chunk_t *pin;   /* a large chunk the block will pin (expandable), or NULL */
+} xs_fit_t;
+
+typedef struct xs_strategy_s {
+  const char *name;          /* "expandable" or "binned" */
+  size_t auto_max_split;     /* max_split_size_mb:auto */
+  /* A free mapped block for `size` (rounded) bytes in pool p, with memory
+   * added if none fits.  0; XSEG_ENOMEM when the device has no memory for
+   * it (the allocator then reports an out-of-memory); or another code with
+   * the thread's error set.  The slab has room for two blocks on success. */
+  int (*acquire)(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out);
+  /* Cut the rest of free block b off when `size` bytes are carved from it? */
+  int (*should_split)(const xs_device_t *d, const xs_block_t *b, size_t size);
+  /* The release policy: give mapped free memory back to the driver down to
+   * `keep` bytes, never waiting for the GPU. */
+  void (*trim)(xs_device_t *d, size_t keep);
+  /* xseg_empty_cache: give back everything that is free. */
+  int (*empty)(xs_device_t *d);
+  /* Give `peer` access to every page, now and later. */
+  int (*enable_peer)(xs_device_t *d, int peer);
+  /* Free the wholly free segments of a pool (the device goes away). */
+  void (*destroy_pool)(xs_device_t *d, xs_pool_t *p);
+} xs_strategy_t;
+
+extern const xs_strategy_t xs_expandable_strategy; /* pool/expandable.c */
+extern const xs_strategy_t xs_binned_strategy;     /* pool/binned.c */
+
+/* ---- the device allocator ---------------------------------------------------- */
+
+struct xs_device_s {
+  pthread_mutex_t lock;        /* the one lock of this device; taken in pool/api.c only */
+  int id;
+  int ready;                   /* initialised */
+  const xs_strategy_t *strat;  /* where memory comes from */
+  const xs_config_t *cfg;
+  xs_vmm_t vmm;                /* the physical layer */
+  xs_stream_t **streams;
+  size_t nstreams, capstreams;
+  xs_stream_t *last_stream;    /* one-entry cache of the stream lookup */
+  xs_ptrmap_t live;
+  xs_slab_t slab;
+  xs_pending_t *pending;
+  size_t npending, cappending;
+  size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
+  size_t pinned;               /* bytes of pinned large chunks (XS_PIN_DIV) */
+  int64_t pack_base[XS_NCLASS]; /* allocated_bytes[class].allocated at the last restart (XS_PACK_DIV) */
+  int trim_wanted;             /* a trim left blocks behind a fence: retry when it completes */
+  size_t trim_floor;           /* free_mapped after the last trim: retry only above it */
+  size_t large_page;           /* page_size_mb in bytes (0: adaptive) */
+  int roundup;                 /* roundup_power2_divisions is set */
+  size_t max_split;            /* max_split_size_mb in effect (auto resolved) */
+  xs_stats_t stats;            /* the allocator's own; the physical layer's are in vmm.st */
+};
+
+/* alloc.c: the policy common to both strategies */
+int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *cfg);
+void xs_device_destroy(xs_device_t *d);
+void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s);
+int xs_free(xs_device_t *d, xs_block_t *b);
+xs_block_t *xs_find_live(xs_device_t *d, uintptr_t p);
+int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what);
+int xs_record_stream(xs_device_t *d, xs_block_t *b, xseg_stream_t s);
+int xs_empty_cache(xs_device_t *d);
+int xs_enable_peer_access(xs_device_t *d, int peer);
+void xs_process_events(xs_device_t *d);
+size_t xs_round_size(const xs_device_t *d, size_t size); /* 0 on overflow */
+/* Fences: is the GPU finished with frees up to free_seq on stream st?
+ * With wait, records a fence if needed and waits for it. */
+int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t free_seq, int wait);
+xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p); /* segment containing p, or NULL */
+
+/* block.c: blocks in pools - split, merge, free sets, best fit */
+void xs_free_insert(xs_device_t *d, xs_block_t *b);
+void xs_free_remove(xs_device_t *d, xs_block_t *b);
+/* Make [addr, addr+size) of free mapped block f a block of its own (split
+ * off what lies before and, within the strategy's split rule, after).
+ * Returns it, removed from the free set. */
+xs_block_t *xs_carve(xs_device_t *d, xs_block_t *f, uintptr_t addr, size_t size);
+/* Split block b (not in a free set) at addr; b keeps [b->addr, addr) and
+ * the returned block, with b's state, gets the rest.  Slab reserved. */
+xs_block_t *xs_split_at(xs_device_t *d, xs_block_t *b, uintptr_t addr);
+/* Merge free block b with free neighbours of the same mapping state and
+ * insert the result into its free set; returns the merged block. */
+xs_block_t *xs_merge_insert(xs_device_t *d, xs_block_t *b);
+/* Best fit in the pool under max_split_size: the smallest free block that
+ * holds size bytes, or NULL. */
+xs_block_t *xs_pool_fit(xs_device_t *d, xs_pool_t *p, size_t size);
+/* Make seg, whose range is set up, a segment of pool p, tiled by one free
+ * block (mapped or not).  The slab must have room for a block. */
+void xs_segment_adopt(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, int mapped);
+/* Take a wholly free segment out of its pool and drop its block (its
+ * range is the caller's to free). */
+void xs_segment_drop(xs_device_t *d, xs_segment_t *seg);
+
+/* check.c */
+int xs_check_device(xs_device_t *d);
+/* snapshot.c */
+size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len);
+
+#endif /* XSEG_POOL_DEVICE_H */

@@ -1,0 +1,43 @@
+/* pool/expandable.h: the expandable strategy's tunables and its placement
+ * rule, which tests check directly (pool/expandable.c has the rest). */
+#ifndef XSEG_POOL_EXPANDABLE_H
+#define XSEG_POOL_EXPANDABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Memory is "plentiful" while at least 1/XS_PLENTIFUL of the limit is free:
+ * then growth folds a request's last page into its handle, and a block may
+ * pin a large handle the GPU is still using rather than wait for it. */
+#define XS_PLENTIFUL 8
+/* A block placed over part of a large free chunk the GPU may still be using
+ * pins it (its free pages stay stuck while data lives in it) rather than
+ * wait, while memory is plentiful and pinned chunks total at most
+ * 1/XS_PIN_DIV of the limit; otherwise it takes fresh memory or waits
+ * (docs/design.md, "Handle sizing"). */
+#define XS_PIN_DIV 128
+/* A growth while memory is plentiful takes the rest of its last page into
+ * its one handle when that rest is at most 1/XS_FOLD_DIV of the request,
+ * except while the pool packs (XS_PACK_DIV).  The folded rest stays with
+ * the block for its life: a sixteenth left a recorded GPT-2 inference at
+ * 1.022 times its peak, a sixty-fourth bounds that waste to 1.6 %
+ * (docs/design.md, "Handle sizing"). */
+#define XS_FOLD_DIV 64
+/* A pool packs its blocks (shares a neighbour's page whenever that needs no
+ * more new pages) while less than 1/XS_PACK_DIV of the bytes it has handed
+ * out have come back: what a program allocates before it frees anything is
+ * mostly state that lives to the end, such as a model's weights
+ * (docs/design.md, "Placement").  The count starts again when the cache is
+ * emptied (xseg_empty_cache) with nothing live: that is a new start.  Not
+ * merely whenever nothing is live: random traces pass through that early
+ * on, and packing after it cost them (logrand 1.0105 -> 1.0131). */
+#define XS_PACK_DIV 16
+
+/* Where to place `size` bytes in the free range [f0, f1), whose ends, where
+ * not page-aligned, share their pages with live data: the start with the
+ * least expected stranded memory (docs/design.md, "Placement").  Looks at
+ * both ends of the range, or (both 0) only its low end.  pack: the
+ * neighbours are taken to live to the end (the pool packs). */
+uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack);
+
+#endif /* XSEG_POOL_EXPANDABLE_H */

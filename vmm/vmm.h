@@ -1,0 +1,215 @@
+/* vmm/vmm.h: physical memory and address space for one device - the
+ * layer under the allocator, and a leaf: it knows nothing of blocks, pools
+ * or streams.
+ *
+ *   xs_vmm_t    one device's physical layer (vmm/phys.c): the backend, the
+ *               device's granularity and memory, the cap on what may be
+ *               held, the peers given access, the cache of unmapped
+ *               handles, idle events, and the counters of every driver call.
+ *   xs_chunk_t  a physical handle (cuMemCreate) of a whole number of pages,
+ *               mapped into one range or cached unmapped.
+ *   xs_vseg_t   a range of device addresses (vmm/segment.c): either a
+ *               reservation whose pages map and unmap on demand, with a page
+ *               table (page -> chunk), or a fixed allocation (cuMemAlloc) that
+ *               is wholly mapped for its life.  Each range carries a tag
+ *               (0 or 1, the allocator's pool class) under which its mapped
+ *               bytes are counted.
+ *
+ * Every function returns 0 or an XSEG_E* code.  On failure the calling
+ * thread's vmm message (xs_vmm_error) names the call, the address, the size
+ * and the backend's own error text; the caller turns it into the
+ * user-facing error.  Callers hold the device's lock: nothing here locks.
+ */
+#ifndef XSEG_VMM_VMM_H
+#define XSEG_VMM_VMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "common.h"
+
+#define XS_VMM_MAX_PEERS 64
+
+/* ---- counters, declared once (STYLE.md item 5) ------------------------------ */
+
+/* By range tag: .all and one per tag, as torch's pooled statistics. */
+#define XS_VMM_POOLED(X)                                                                     \
+  X(segment, "physical allocations backing the pool: mapped chunks or binned segments")      \
+  X(reserved_bytes, "bytes of device memory mapped into the pool's segments")
+
+#define XS_VMM_GAUGES(X)                                                                     \
+  X(held_bytes, "device memory held: mapped plus cached chunks (binned: segments)")          \
+  X(mapped_bytes, "bytes mapped into segments")                                              \
+  X(reserved_address_bytes, "virtual address space reserved")                                \
+  X(handles_live, "physical handles created and not released")                              \
+  X(handles_cached, "physical handles held unmapped, ready to map")                          \
+  X(cached_handle_bytes, "bytes of cached handles")
+
+#define XS_VMM_COUNTERS(X)                                                                   \
+  X(num_device_alloc, "physical allocations (cuMemCreate or cuMemAlloc)")                    \
+  X(num_device_free, "physical releases (cuMemRelease or cuMemFree)")                        \
+  X(num_map, "cuMemMap calls")                                                               \
+  X(num_unmap, "cuMemUnmap calls")                                                           \
+  X(num_set_access, "cuMemSetAccess calls")                                                  \
+  X(num_reserve, "address ranges reserved")                                                  \
+  X(num_unreserve, "address ranges freed")                                                   \
+  X(time_create_ns, "time in cuMemCreate / cuMemAlloc")                                      \
+  X(time_release_ns, "time in cuMemRelease / cuMemFree")                                     \
+  X(time_map_ns, "time in cuMemMap")                                                         \
+  X(time_unmap_ns, "time in cuMemUnmap")                                                     \
+  X(time_set_access_ns, "time in cuMemSetAccess")                                            \
+  X(remapped_bytes, "bytes of handles unmapped from holes and mapped elsewhere (stitched)")  \
+  X(num_remaps, "handles moved from one address to another")
+
+typedef struct xs_vmm_stats_s {
+#define XS_VMM_DECL_POOLED(name, help) xs_stat_t name[XS_STAT_NTYPES];
+  XS_VMM_POOLED(XS_VMM_DECL_POOLED)
+#undef XS_VMM_DECL_POOLED
+#define XS_VMM_DECL_GAUGE(name, help) xs_gauge_t name;
+  XS_VMM_GAUGES(XS_VMM_DECL_GAUGE)
+#undef XS_VMM_DECL_GAUGE
+#define XS_VMM_DECL_COUNTER(name, help) uint64_t name;
+  XS_VMM_COUNTERS(XS_VMM_DECL_COUNTER)
+#undef XS_VMM_DECL_COUNTER
+} xs_vmm_stats_t;
+
+/* ---- types ------------------------------------------------------------------- */
+
+typedef struct xs_vseg_s xs_vseg_t;
+typedef struct xs_chunk_s xs_chunk_t;
+
+struct xs_chunk_s {
+  xs_handle_t h;
+  size_t size;         /* bytes, a multiple of the page size */
+  xs_vseg_t *vs;       /* the range it is mapped in; NULL while cached */
+  uintptr_t addr;      /* mapped address */
+  xs_chunk_t *next;    /* cache or stuck list */
+  uint64_t created_ns; /* when it was created */
+  int moved;           /* unmapped from a hole: mapping it again is a remap */
+};
+
+struct xs_vseg_s {
+  uintptr_t base;
+  size_t size;
+  size_t page;        /* mapping unit: the device granularity */
+  size_t npages;      /* on-demand ranges: entries of the page table */
+  xs_chunk_t **pages; /* on-demand ranges: the chunk at each page, NULL if unmapped */
+  size_t mapped;      /* bytes mapped (a fixed range: its size) */
+  int tag;            /* 0 or 1: the class its bytes are counted under */
+  int fixed;          /* 1: one cuMemAlloc, mapped for its life */
+};
+
+typedef struct xs_vmm_s {
+  xs_backend_t *be;
+  int dev;
+  int vmm;                       /* the device supports reserve/create/map */
+  size_t gran;                   /* device granularity ("page") */
+  size_t total;                  /* device memory */
+  size_t limit;                  /* bytes that may be held (fraction / max_memory caps) */
+  size_t held;                   /* bytes of chunks and fixed ranges held */
+  char name[96];                 /* the device's name */
+  int peers[XS_VMM_MAX_PEERS];   /* devices given access besides dev */
+  int npeers;
+  xs_chunk_t *cache;             /* unmapped chunks held, ready to map */
+  size_t cache_bytes, cache_count;
+  xs_chunk_t *stuck;             /* mapped without access, the undo unmap refused: retried */
+  xs_event_t *events;            /* idle events for reuse */
+  size_t nevents, capevents;
+  xs_vmm_stats_t st;
+} xs_vmm_t;
+
+/* ---- errors -------------------------------------------------------------------- */
+
+/* The calling thread's message for the last failed vmm call ("" if none). */
+const char *xs_vmm_error(void);
+/* Set the calling thread's vmm message; returns code. */
+int xs_vmm_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the device (phys.c) ----------------------------------------------------------- */
+
+/* Devices the backend sees. */
+int xs_vmm_device_count(xs_backend_t *be, int *n);
+/* Query device dev and set the cap: min(fraction x memory, max_bytes when
+ * non-zero), rounded down to the granularity.  peer_access: give every
+ * device that can reach this one access to its pages. */
+int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t max_bytes, int peer_access);
+/* Release the cache, stuck chunks and events.  Ranges must be gone. */
+void xs_vmm_fini(xs_vmm_t *v);
+/* Set the cap again (xseg_set_memory_fraction); what is held stays. */
+void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes);
+/* Bytes that may still be created under the cap. */
+static inline size_t xs_vmm_headroom(const xs_vmm_t *v) { return v->held < v->limit ? v->limit - v->held : 0; }
+uint64_t xs_vmm_now(const xs_vmm_t *v);
+int xs_vmm_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total);
+/* Can `peer` reach this device's memory?  0 and *can set, or an error. */
+int xs_vmm_can_access_peer(xs_vmm_t *v, int peer, int *can);
+/* Give peer access to mappings made from now on (it is not re-applied to
+ * existing ones: xs_vseg_set_access does that range by range). */
+void xs_vmm_add_peer(xs_vmm_t *v, int peer);
+
+/* Address space and fixed allocations (segment.c builds ranges on them;
+ * mem_alloc fails with XSEG_ENOMEM past the cap). */
+int xs_vmm_reserve(xs_vmm_t *v, size_t size, uintptr_t *addr);
+int xs_vmm_unreserve(xs_vmm_t *v, uintptr_t addr, size_t size);
+int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr);
+int xs_vmm_mem_free(xs_vmm_t *v, uintptr_t addr, size_t size, int tag);
+
+/* Physical handles.  Create fails with XSEG_ENOMEM past the cap. */
+int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out);
+int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c);
+/* Map chunk c at addr of range vs and give the device and its peers
+ * access.  On failure the chunk is unmapped again, unless that too is
+ * refused: then c->vs stays set (the chunk is still mapped) and the caller
+ * must keep it aside (xs_vmm_unstick retries). */
+int xs_vmm_map(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c, uintptr_t addr);
+int xs_vmm_unmap(xs_vmm_t *v, xs_chunk_t *c);
+int xs_vmm_set_access(xs_vmm_t *v, uintptr_t addr, size_t size);
+
+/* Events, from the device's pool of idle ones. */
+int xs_vmm_event_get(xs_vmm_t *v, xs_event_t *ev);
+void xs_vmm_event_put(xs_vmm_t *v, xs_event_t ev);
+int xs_vmm_event_record(xs_vmm_t *v, xs_event_t ev, xseg_stream_t s);
+int xs_vmm_event_query(xs_vmm_t *v, xs_event_t ev); /* 0, XSEG_ENOTREADY, or an error */
+int xs_vmm_event_sync(xs_vmm_t *v, xs_event_t ev);
+
+/* Reset the .peak of every gauge and pooled counter to its current value. */
+void xs_vmm_reset_peaks(xs_vmm_stats_t *s);
+
+/* ---- ranges and the chunk cache (segment.c) ---------------------------------------------- */
+
+/* Reserve an on-demand range of at least min_size bytes (the whole device,
+ * so that one range can hold all of it), with an empty page table. */
+int xs_vseg_reserve(xs_vmm_t *v, xs_vseg_t *vs, size_t min_size, int tag);
+/* Allocate a fixed range of size bytes (a multiple of the granularity). */
+int xs_vseg_alloc_fixed(xs_vmm_t *v, xs_vseg_t *vs, size_t size, int tag);
+/* Give a range back: an on-demand one must have nothing mapped.  A failed
+ * release of a fixed range keeps it (XSEG_E* returned). */
+int xs_vseg_free(xs_vmm_t *v, xs_vseg_t *vs);
+/* Map pages [a, b) of an on-demand range (page aligned, all unmapped) with
+ * chunks from the cache or new ones.  A cached chunk holds at most
+ * max_chunk bytes (0: any that fits); a new one at most new_max bytes too
+ * (0: the gap), and within the cap's headroom.  On failure keeps what it
+ * mapped and sets *done to the end of the mapped prefix. */
+int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max_chunk, size_t new_max,
+                uintptr_t *done);
+/* The chunk mapped at address p of an on-demand range, or NULL. */
+static inline xs_chunk_t *xs_vseg_chunk_at(const xs_vseg_t *vs, uintptr_t p) {
+  return vs->pages[(p - vs->base) / vs->page];
+}
+/* The first chunk lying wholly inside [a, b), or NULL. */
+xs_chunk_t *xs_vseg_chunk_within(const xs_vseg_t *vs, uintptr_t a, uintptr_t b);
+/* Unmap chunk c of vs into the cache. */
+int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c);
+/* Give the device and its peers access to every chunk mapped in vs. */
+int xs_vseg_set_access(xs_vmm_t *v, const xs_vseg_t *vs);
+
+/* Release cached chunks down to `keep` bytes (a failed release keeps the
+ * chunk cached); the first error, or 0. */
+int xs_vmm_cache_release(xs_vmm_t *v, size_t keep);
+/* Release one cached chunk. */
+int xs_vmm_cache_release_chunk(xs_vmm_t *v, xs_chunk_t *c);
+/* Retry unmapping stuck chunks; 0 when none is left. */
+int xs_vmm_unstick(xs_vmm_t *v);
+
+#endif /* XSEG_VMM_VMM_H */
