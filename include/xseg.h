@@ -158,6 +158,122 @@ XSEG_API int xseg_enable_peer_access(int device, int peer);
 /* The library's version, "MAJOR.MINOR.PATCH". */
 XSEG_API const char *xseg_version(void);
 
+/* ---- For framework allocators (PyTorch's binding in python/) ------------ */
+
+/* One torch-style statistic: .current, .peak (since the last peak reset),
+ * and what was added and taken away (since the last accumulated reset). */
+typedef struct xseg_stat_s {
+  int64_t current, peak, allocated, freed;
+} xseg_stat_t;
+
+/* Index of the per-pool arrays below: all, the small pool (requests up to
+ * 1 MiB), the large pool. */
+enum { XSEG_POOL_ALL = 0, XSEG_POOL_SMALL = 1, XSEG_POOL_LARGE = 2 };
+
+/* A device's statistics with the meaning torch.cuda.memory_stats() gives
+ * the same names (docs/pytorch.md, "What each number means").  Fields are
+ * only ever appended: set struct_size to sizeof(xseg_device_stats_t). */
+typedef struct xseg_device_stats_s {
+  size_t struct_size;
+  xseg_stat_t allocation[3];           /* live blocks */
+  xseg_stat_t segment[3];              /* physical allocations mapped (handles, or binned segments) */
+  xseg_stat_t active[3];               /* live blocks and freed ones waiting for other streams */
+  xseg_stat_t inactive_split[3];       /* free mapped blocks inside larger mapped memory */
+  xseg_stat_t allocated_bytes[3];
+  xseg_stat_t reserved_bytes[3];       /* bytes mapped */
+  xseg_stat_t active_bytes[3];
+  xseg_stat_t inactive_split_bytes[3];
+  xseg_stat_t requested_bytes[3];      /* what the callers asked for */
+  xseg_stat_t oversize_allocations;    /* live blocks of max_split_size or more */
+  xseg_stat_t oversize_segments;       /* binned segments of max_split_size or more */
+  uint64_t num_alloc_retries;          /* allocations that released or remapped memory and retried */
+  uint64_t num_ooms;
+  uint64_t num_sync_all_streams;       /* always 0: xseg never waits for every stream */
+  uint64_t num_device_alloc;           /* cuMemCreate / cuMemAlloc */
+  uint64_t num_device_free;            /* cuMemRelease / cuMemFree */
+  uint64_t max_split_size;             /* in effect; UINT64_MAX: none */
+  /* xseg's own */
+  int64_t held_bytes;                  /* mapped plus cached handles */
+  int64_t limit_bytes;                 /* what xseg may hold */
+  int64_t total_bytes;                 /* the device's memory */
+  uint64_t num_fence_waits;            /* waits for one stream before unmapping */
+} xseg_device_stats_t;
+
+/* Fill *out (out->struct_size set by the caller). */
+XSEG_API int xseg_device_stats(int device, xseg_device_stats_t *out);
+
+/* Set the .allocated and .freed parts of every statistic, and every
+ * counter, to 0 (torch.cuda.reset_accumulated_memory_stats).  device -1:
+ * all.  The allocator's behaviour does not depend on them. */
+XSEG_API int xseg_reset_accumulated_stats(int device);
+
+/* The largest free block cached on the device, or when none is, what could
+ * still be mapped (for sizing a workspace, as cuDNN does). */
+XSEG_API int xseg_cache_info(int device, size_t *largest);
+
+/* The live block that holds ptr (ptr may point inside it): its start and
+ * size.  XSEG_EINVAL if ptr is in no live block. */
+XSEG_API int xseg_base_allocation(void *ptr, void **base, size_t *size);
+
+/* A walk over a device's segments and blocks, under its lock: for each
+ * mapped run of a segment (what PyTorch's snapshot calls a segment), one
+ * call of `segment`, then one call of `block` per block in it, in address
+ * order.  The callbacks must not call xseg; a non-zero return stops the
+ * walk and is returned. */
+enum { XSEG_BLOCK_FREE = 0, XSEG_BLOCK_LIVE = 1, XSEG_BLOCK_PENDING = 2 };
+typedef struct xseg_segment_info_s {
+  uintptr_t address;
+  size_t size;
+  xseg_stream_t stream;
+  int large;      /* 1: the large pool */
+  int expandable; /* 1: pages mapped on demand */
+  int pool;       /* the private pool it belongs to, 0: the device's own */
+} xseg_segment_info_t;
+typedef struct xseg_block_info_s {
+  uintptr_t address;
+  size_t size;
+  size_t requested; /* live: what the caller asked for */
+  int state;        /* XSEG_BLOCK_* */
+} xseg_block_info_t;
+typedef struct xseg_walker_s {
+  int (*segment)(void *arg, const xseg_segment_info_t *seg);
+  int (*block)(void *arg, const xseg_block_info_t *blk);
+} xseg_walker_t;
+XSEG_API int xseg_walk(int device, const xseg_walker_t *w, void *arg);
+
+/* Private pools (CUDA graphs, torch.cuda.MemPool).  Memory allocated in a
+ * private pool is reused only by that pool: a block freed there stays
+ * there, and its pages are never unmapped or remapped elsewhere while the
+ * pool is open - a captured CUDA graph writes to the same addresses on
+ * every replay.  xseg_pool_release closes the pool: no more allocations,
+ * and its free memory may then be released or remapped; blocks still live
+ * return as they are freed.  Ids are positive. */
+XSEG_API int xseg_pool_create(int device, int *pool);
+XSEG_API int xseg_pool_release(int device, int pool);
+/* xseg_malloc into private pool `pool` (0: the device's own). */
+XSEG_API void *xseg_malloc_in_pool(size_t size, int device, xseg_stream_t stream, int pool);
+/* Live blocks of a pool (0 and *live set), e.g. before a graph is freed. */
+XSEG_API int xseg_pool_live(int device, int pool, size_t *live);
+/* Allocate exactly [addr, addr + size) in stream's part of private pool
+ * `pool` (0: the device's own), where that range lies in one free mapped
+ * block of it: a framework restoring a pool's earlier layout (CUDA graph
+ * trees) asks for the very blocks it had.  size is a block size as
+ * xseg_walk reports it.  NULL (XSEG_EINVAL) if the range is not free there. */
+XSEG_API void *xseg_malloc_at(void *addr, size_t size, int device, xseg_stream_t stream, int pool);
+
+/* 1 if the device's allocator exists (it is made by the first call that
+ * needs it), 0 if not, negative XSEG_E* on error.  Never creates one, so
+ * asking about an unused GPU leaves it untouched. */
+XSEG_API int xseg_device_active(int device);
+
+/* A CUDA graph capture (or a framework's private-pool context) is underway
+ * on the device: until the matching xseg_capture_end, xseg records, queries
+ * and waits on no event (a query during a global-mode capture would break
+ * it).  Frees that need events are kept until then; memory behind a fence
+ * the GPU has not yet passed is not unmapped.  Calls nest. */
+XSEG_API int xseg_capture_begin(int device);
+XSEG_API int xseg_capture_end(int device);
+
 #ifdef __cplusplus
 }
 #endif

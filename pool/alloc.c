@@ -62,14 +62,17 @@ void xs_device_destroy(xs_device_t *d) {
   xs_vmm_fini(&d->vmm);
   free(d->streams);
   free(d->pending);
+  free(d->privs);
   xs_ptrmap_destroy(&d->live);
   xs_slab_destroy(&d->slab);
 }
 
-static xs_stream_t *stream_get(xs_device_t *d, xseg_stream_t s) {
-  if (d->last_stream && d->last_stream->s == s) return d->last_stream;
+/* The state of stream s in private pool `pool` (0: the device's own),
+ * made on first use. */
+static xs_stream_t *stream_get(xs_device_t *d, xseg_stream_t s, int pool) {
+  if (d->last_stream && d->last_stream->s == s && d->last_stream->pool == pool) return d->last_stream;
   for (size_t i = 0; i < d->nstreams; i++) {
-    if (d->streams[i]->s == s) return d->last_stream = d->streams[i];
+    if (d->streams[i]->s == s && d->streams[i]->pool == pool) return d->last_stream = d->streams[i];
   }
   if (d->nstreams == d->capstreams) {
     size_t n = d->capstreams ? d->capstreams * 2 : 8;
@@ -81,6 +84,8 @@ static xs_stream_t *stream_get(xs_device_t *d, xseg_stream_t s) {
   xs_stream_t *st = calloc(1, sizeof *st);
   if (!st) return NULL;
   st->s = s;
+  st->pool = pool;
+  st->keep = pool != 0;
   st->dev = d;
   for (int k = 0; k < XS_NCLASS; k++) {
     st->pools[k].st = st;
@@ -102,6 +107,7 @@ static xs_stream_t *stream_get(xs_device_t *d, xseg_stream_t s) {
 int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t seq, int wait) {
   for (;;) {
     if (seq <= st->safe_seq) return 1;
+    if (d->capturing) return 0; /* no event may be recorded or queried now */
     if (st->fence) {
       int rc = wait ? xs_vmm_event_sync(&d->vmm, st->fence) : xs_vmm_event_query(&d->vmm, st->fence);
       if (rc != 0 && rc != XSEG_ENOTREADY) xs_error_vmm(rc);
@@ -180,9 +186,10 @@ static int pending_add(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
   e->s = s;
   e->ev = NULL;
   b->events++;
-  /* If the event cannot be recorded now, the entry stays and is retried:
-   * the block is never reused before that stream's work is known done. */
-  if (xs_error_vmm(xs_vmm_event_get(&d->vmm, &e->ev)) == 0 &&
+  /* If the event cannot be recorded now (or not during a capture), the
+   * entry stays and is retried: the block is never reused before that
+   * stream's work is known done. */
+  if (!d->capturing && xs_error_vmm(xs_vmm_event_get(&d->vmm, &e->ev)) == 0 &&
       xs_error_vmm(xs_vmm_event_record(&d->vmm, e->ev, s)) != 0) {
     xs_vmm_event_put(&d->vmm, e->ev);
     e->ev = NULL;
@@ -191,6 +198,7 @@ static int pending_add(xs_device_t *d, xs_block_t *b, xseg_stream_t s) {
 }
 
 void xs_process_events(xs_device_t *d) {
+  if (d->capturing) return; /* no event may be queried now: later */
   size_t j = 0;
   for (size_t i = 0; i < d->npending; i++) {
     xs_pending_t e = d->pending[i];
@@ -245,6 +253,8 @@ int xs_free(xs_device_t *d, xs_block_t *b) {
   xs_stat_add(d->stats.allocation, cls, -1);
   xs_stat_add(d->stats.allocated_bytes, cls, -(int64_t)b->size);
   xs_stat_add(d->stats.requested_bytes, cls, -(int64_t)b->requested);
+  if (b->size >= d->max_split) xs_stat_one(&d->stats.oversize_allocations, -(int64_t)1);
+  d->returned[cls] += b->size;
   if (d->cfg->trace_file[0]) xs_trace_free(b->trace_id, d->id);
   xs_stream_t *st = b->seg->pool->st;
   b->free_seq = ++st->free_seq;
@@ -320,6 +330,8 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   xs_stat_add(d->stats.requested_bytes, cls, (int64_t)size);
   xs_stat_add(d->stats.active, cls, 1);
   xs_stat_add(d->stats.active_bytes, cls, (int64_t)b->size);
+  if (b->size >= d->max_split) xs_stat_one(&d->stats.oversize_allocations, 1);
+  d->handed[cls] += b->size;
   if (d->cfg->trace_file[0]) {
     b->trace_id = xs_trace_next_id();
     xs_trace_alloc(b->trace_id, size, d->id, s);
@@ -327,11 +339,11 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   return (void *)b->addr;
 }
 
-void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
+void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s, int pool) {
   size_t rsize = xs_round_size(d, size);
   if (rsize == 0) return oom(d, size, SIZE_MAX);
   if (d->npending) xs_process_events(d);
-  xs_stream_t *st = stream_get(d, s);
+  xs_stream_t *st = stream_get(d, s, pool);
   if (!st || xs_slab_reserve(&d->slab, 2) != 0) {
     xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
     return NULL;
@@ -340,6 +352,26 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s) {
   int rc = d->strat->acquire(d, &st->pools[rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE], rsize, &f);
   if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
   if (rc != 0) return NULL; /* the error says why */
+  return hand_out(d, &f, size, s);
+}
+
+void *xs_malloc_at(xs_device_t *d, uintptr_t addr, size_t size, xseg_stream_t s, int pool) {
+  if (d->npending) xs_process_events(d);
+  xs_stream_t *st = stream_get(d, s, pool);
+  if (!st || xs_slab_reserve(&d->slab, 2) != 0) {
+    xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
+    return NULL;
+  }
+  xs_segment_t *seg = xs_seg_of(d, addr);
+  xs_block_t *b = seg && seg->pool->st == st ? seg->head : NULL;
+  while (b && xs_block_end(b) <= addr) b = b->next;
+  if (!b || size == 0 || size % XS_ALIGN || addr % XS_ALIGN || b->state != XS_BLOCK_FREE || !b->mapped ||
+      size > xs_block_end(b) - addr) {
+    xs_error(XSEG_EINVAL, "xseg: xseg_malloc_at(%#lx, %zu): not a free mapped range of stream %p, pool %d on device %d",
+             (unsigned long)addr, size, (void *)s, pool, d->id);
+    return NULL;
+  }
+  xs_fit_t f = {b, addr, size, NULL};
   return hand_out(d, &f, size, s);
 }
 
@@ -367,7 +399,7 @@ int xs_empty_cache(xs_device_t *d) {
   /* Emptied with nothing live, the device starts again: what is allocated
    * next is packed as at first use (expandable.c, XS_PACK_DIV). */
   if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0)
-    for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->stats.allocated_bytes[1 + k].allocated;
+    for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);
   return d->strat->empty(d);
@@ -383,4 +415,76 @@ xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p) {
     }
   }
   return NULL;
+}
+
+/* The live block holding p, found through its segment's blocks when p is
+ * not a block's start. */
+xs_block_t *xs_live_block_at(xs_device_t *d, uintptr_t p) {
+  xs_block_t *b = xs_ptrmap_get(&d->live, p);
+  if (b) return b;
+  xs_segment_t *seg = xs_seg_of(d, p);
+  for (b = seg ? seg->head : NULL; b && b->addr <= p; b = b->next)
+    if (p < xs_block_end(b)) return b->state == XS_BLOCK_LIVE ? b : NULL;
+  return NULL;
+}
+
+size_t xs_cache_info(xs_device_t *d) {
+  size_t largest = 0;
+  for (size_t i = 0; i < d->nstreams; i++) {
+    if (d->streams[i]->pool) continue; /* private pools keep theirs */
+    for (int k = 0; k < XS_NCLASS; k++) {
+      const xs_block_t *b = xs_tree_last(&d->streams[i]->pools[k].free);
+      if (b && b->size > largest) largest = b->size;
+    }
+  }
+  if (largest) return largest;
+  /* Nothing cached: what the driver has free, plus handles held unmapped,
+   * within the cap. */
+  size_t drv_free = 0, total = 0;
+  if (xs_vmm_mem_info(&d->vmm, &drv_free, &total) != 0) drv_free = 0;
+  size_t can = drv_free + d->vmm.cache_bytes, head = xs_vmm_headroom(&d->vmm) + d->vmm.cache_bytes;
+  return can < head ? can : head;
+}
+
+/* ---- private pools --------------------------------------------------------------------- */
+
+xs_private_t *xs_private_find(xs_device_t *d, int id) {
+  for (size_t i = 0; i < d->nprivs; i++)
+    if (d->privs[i].id == id) return &d->privs[i];
+  return NULL;
+}
+
+int xs_private_create(xs_device_t *d, int *id) {
+  if (d->nprivs == d->cappriv) {
+    size_t n = d->cappriv ? d->cappriv * 2 : 4;
+    xs_private_t *v = realloc(d->privs, n * sizeof *v);
+    if (!v) return xs_error(XSEG_ENOMEM, "xseg: out of host memory for a private pool");
+    d->privs = v;
+    d->cappriv = n;
+  }
+  if (d->next_pool == INT32_MAX) return xs_error(XSEG_ERANGE, "xseg: device %d: no private pool ids left", d->id);
+  xs_private_t *pp = &d->privs[d->nprivs++];
+  pp->id = ++d->next_pool;
+  pp->open = 1;
+  *id = pp->id;
+  return 0;
+}
+
+/* A closed pool takes no more allocations; its memory becomes the device's
+ * to release or remap like any other free memory. */
+void xs_private_close(xs_device_t *d, xs_private_t *pp) {
+  int id = pp->id;
+  for (size_t i = 0; i < d->nstreams; i++)
+    if (d->streams[i]->pool == id) d->streams[i]->keep = 0;
+  *pp = d->privs[--d->nprivs];
+}
+
+size_t xs_private_live(xs_device_t *d, int id) {
+  size_t live = 0;
+  for (size_t i = 0; i < d->nstreams; i++) {
+    if (d->streams[i]->pool != id) continue;
+    for (int k = 0; k < XS_NCLASS; k++)
+      for (const xs_segment_t *seg = d->streams[i]->pools[k].segs; seg; seg = seg->next) live += seg->live_bytes;
+  }
+  return live;
 }

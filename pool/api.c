@@ -30,7 +30,21 @@ void *xseg_malloc(size_t size, int device, xseg_stream_t stream) {
   xs_device_t *d = xs_device_get(device);
   if (!d) return NULL;
   pthread_mutex_lock(&d->lock);
-  void *p = xs_malloc(d, size, stream);
+  void *p = xs_malloc(d, size, stream, 0);
+  debug_check(d);
+  pthread_mutex_unlock(&d->lock);
+  return p;
+}
+
+void *xseg_malloc_in_pool(size_t size, int device, xseg_stream_t stream, int pool) {
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return NULL;
+  pthread_mutex_lock(&d->lock);
+  void *p = NULL;
+  if (pool != 0 && !xs_private_find(d, pool))
+    xs_error(XSEG_EINVAL, "xseg: xseg_malloc_in_pool: device %d has no open private pool %d", device, pool);
+  else
+    p = xs_malloc(d, size, stream, pool);
   debug_check(d);
   pthread_mutex_unlock(&d->lock);
   return p;
@@ -194,4 +208,165 @@ int xseg_enable_peer_access(int device, int peer) {
 
 const char *xseg_version(void) {
   return XS_STR(XSEG_VERSION_MAJOR) "." XS_STR(XSEG_VERSION_MINOR) "." XS_STR(XSEG_VERSION_PATCH);
+}
+
+/* ---- for framework allocators ------------------------------------------------------------------ */
+
+static void copy_stats(xseg_stat_t *to, const xs_stat_t *from, int n) {
+  for (int i = 0; i < n; i++) to[i] = (xseg_stat_t){from[i].current, from[i].peak, from[i].allocated, from[i].freed};
+}
+
+int xseg_device_stats(int device, xseg_device_stats_t *out) {
+  if (!out || out->struct_size < sizeof *out)
+    return xs_error(XSEG_EINVAL, "xseg: xseg_device_stats: out->struct_size must be sizeof(xseg_device_stats_t) "
+                                 "(%zu); this library writes that many bytes", sizeof *out);
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  const xs_stats_t *s = &d->stats;
+  const xs_vmm_stats_t *v = &d->vmm.st;
+  copy_stats(out->allocation, s->allocation, 3);
+  copy_stats(out->segment, v->segment, 3);
+  copy_stats(out->active, s->active, 3);
+  copy_stats(out->inactive_split, s->inactive_split, 3);
+  copy_stats(out->allocated_bytes, s->allocated_bytes, 3);
+  copy_stats(out->reserved_bytes, v->reserved_bytes, 3);
+  copy_stats(out->active_bytes, s->active_bytes, 3);
+  copy_stats(out->inactive_split_bytes, s->inactive_split_bytes, 3);
+  copy_stats(out->requested_bytes, s->requested_bytes, 3);
+  copy_stats(&out->oversize_allocations, &s->oversize_allocations, 1);
+  copy_stats(&out->oversize_segments, &s->oversize_segments, 1);
+  out->num_alloc_retries = s->num_alloc_retries;
+  out->num_ooms = s->num_ooms;
+  out->num_sync_all_streams = 0;
+  out->num_device_alloc = v->num_device_alloc;
+  out->num_device_free = v->num_device_free;
+  out->max_split_size = d->max_split == SIZE_MAX ? UINT64_MAX : (uint64_t)d->max_split;
+  out->held_bytes = v->held_bytes.current;
+  out->limit_bytes = (int64_t)d->vmm.limit;
+  out->total_bytes = (int64_t)d->vmm.total;
+  out->num_fence_waits = s->num_fence_waits;
+  pthread_mutex_unlock(&d->lock);
+  return 0;
+}
+
+static int do_reset_accumulated(xs_device_t *d) {
+  xs_stats_reset_accumulated(&d->stats);
+  xs_vmm_reset_accumulated(&d->vmm.st);
+  return 0;
+}
+
+int xseg_reset_accumulated_stats(int device) { return for_devices(device, do_reset_accumulated); }
+
+int xseg_cache_info(int device, size_t *largest) {
+  if (!largest) return xs_error(XSEG_EINVAL, "xseg: xseg_cache_info: largest is NULL");
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  *largest = xs_cache_info(d);
+  pthread_mutex_unlock(&d->lock);
+  xs_error_clear();
+  return 0;
+}
+
+int xseg_base_allocation(void *ptr, void **base, size_t *size) {
+  if (!base || !size) return xs_error(XSEG_EINVAL, "xseg: xseg_base_allocation: base and size must not be NULL");
+  if (xs_ensure_init() != 0) return xseg_last_error_code();
+  for (int i = 0; i < xs_ndevices(); i++) {
+    xs_device_t *d = xs_device_ready(i);
+    if (!d) continue;
+    pthread_mutex_lock(&d->lock);
+    xs_block_t *b = xs_live_block_at(d, (uintptr_t)ptr);
+    if (b) {
+      *base = (void *)b->addr;
+      *size = b->size;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (b) return 0;
+  }
+  return xs_error(XSEG_EINVAL, "xseg: xseg_base_allocation(%p): not inside a live allocation", ptr);
+}
+
+int xseg_walk(int device, const xseg_walker_t *w, void *arg) {
+  if (!w) return xs_error(XSEG_EINVAL, "xseg: xseg_walk: no walker");
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  int rc = xs_walk_device(d, w, arg);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+/* ---- private pools and captures ----------------------------------------------------------------- */
+
+int xseg_pool_create(int device, int *pool) {
+  if (!pool) return xs_error(XSEG_EINVAL, "xseg: xseg_pool_create: pool is NULL");
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  int rc = xs_private_create(d, pool);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+int xseg_pool_release(int device, int pool) {
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  xs_private_t *pp = xs_private_find(d, pool);
+  int rc = 0;
+  if (!pp)
+    rc = xs_error(XSEG_EINVAL, "xseg: xseg_pool_release: device %d has no open private pool %d", device, pool);
+  else
+    xs_private_close(d, pp);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+int xseg_pool_live(int device, int pool, size_t *live) {
+  if (!live) return xs_error(XSEG_EINVAL, "xseg: xseg_pool_live: live is NULL");
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  *live = xs_private_live(d, pool);
+  pthread_mutex_unlock(&d->lock);
+  return 0;
+}
+
+static int capture(int device, int delta) {
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  int rc = 0;
+  if (d->capturing + delta < 0)
+    rc = xs_error(XSEG_EINVAL, "xseg: xseg_capture_end(%d) without a matching xseg_capture_begin", device);
+  else
+    d->capturing += delta;
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+int xseg_capture_begin(int device) { return capture(device, 1); }
+int xseg_capture_end(int device) { return capture(device, -1); }
+
+void *xseg_malloc_at(void *addr, size_t size, int device, xseg_stream_t stream, int pool) {
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return NULL;
+  pthread_mutex_lock(&d->lock);
+  void *p = NULL;
+  if (pool != 0 && !xs_private_find(d, pool))
+    xs_error(XSEG_EINVAL, "xseg: xseg_malloc_at: device %d has no open private pool %d", device, pool);
+  else
+    p = xs_malloc_at(d, (uintptr_t)addr, size, stream, pool);
+  debug_check(d);
+  pthread_mutex_unlock(&d->lock);
+  return p;
+}
+
+int xseg_device_active(int device) {
+  if (xs_ensure_init() != 0) return -xseg_last_error_code();
+  if (device < 0 || device >= xs_ndevices())
+    return -xs_error(XSEG_ENODEV, "xseg: device %d out of range: %d device(s) on the %s backend", device,
+                     xs_ndevices(), xs_backend_name());
+  return xs_device_ready(device) != NULL;
 }

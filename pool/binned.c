@@ -39,14 +39,17 @@ static int new_segment(xs_device_t *d, xs_pool_t *p, size_t size, xs_segment_t *
   }
   seg->binned = 1;
   xs_segment_adopt(d, p, seg, 1);
+  if (size >= d->max_split) xs_stat_one(&d->stats.oversize_segments, 1);
   *out = seg;
   return 0;
 }
 
 /* Free a wholly free segment; 0 or the error (the segment then stays). */
 static int free_segment(xs_device_t *d, xs_segment_t *seg) {
+  size_t size = seg->vs.size;
   int rc = xs_vseg_free(&d->vmm, &seg->vs);
   if (rc != 0) return xs_error_vmm(rc);
+  if (size >= d->max_split) xs_stat_one(&d->stats.oversize_segments, -1);
   xs_segment_drop(d, seg);
   free(seg);
   return 0;
@@ -67,13 +70,14 @@ static int by_size_desc(const void *a, const void *b) {
   return x->vs.size > y->vs.size ? -1 : x->vs.size < y->vs.size;
 }
 
-/* Every wholly free segment of the device, in a new array (*n of them);
- * what fits in host memory when it runs out. */
+/* Every wholly free segment of the device outside open private pools, in
+ * a new array (*n of them); what fits in host memory when it runs out. */
 static xs_segment_t **free_segments(xs_device_t *d, size_t *n) {
   size_t cap = 0;
   xs_segment_t **v = NULL;
   *n = 0;
   for (size_t i = 0; i < d->nstreams; i++) {
+    if (d->streams[i]->keep) continue; /* an open private pool keeps its segments */
     for (int k = 0; k < XS_NCLASS; k++) {
       for (xs_segment_t *s = d->streams[i]->pools[k].segs; s; s = s->next) {
         if (!wholly_free(s)) continue;

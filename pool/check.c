@@ -192,6 +192,29 @@ static int check_set(xs_device_t *d, const xs_pool_t *p, const xs_tree_t *tr, in
           (long long)(b));                                                                        \
   } while (0)
 
+/* The chunks outside page tables: the cache, and chunks set aside still
+ * mapped (their undo unmap was refused), which count as mapped. */
+static int check_chunk_lists(xs_device_t *d, tally_t *t, size_t *cached, size_t *ncached) {
+  const xs_vmm_t *v = &d->vmm;
+  for (xs_chunk_t *c = v->cache; c; c = c->next) {
+    if (c->vs != NULL) BAD("xseg: check: device %d: a cached chunk is marked mapped", d->id);
+    *cached += c->size;
+    (*ncached)++;
+  }
+  for (xs_chunk_t *c = v->stuck; c; c = c->next) {
+    if (!c->vs) BAD("xseg: check: device %d: a stuck chunk is marked unmapped", d->id);
+    t->mapped += c->size;
+    t->chunks++;
+    t->chunk_bytes += c->size;
+    t->reserved[c->vs->tag] += (int64_t)c->size;
+    t->segments[c->vs->tag]++;
+  }
+  EQ("the cache's byte count", v->cache_bytes, *cached);
+  EQ("handles_cached", v->st.handles_cached.current, *ncached);
+  EQ("cached_handle_bytes", v->st.cached_handle_bytes.current, *cached);
+  return 0;
+}
+
 int xs_check_device(xs_device_t *d) {
   tally_t t;
   memset(&t, 0, sizeof t);
@@ -199,6 +222,9 @@ int xs_check_device(xs_device_t *d) {
     xs_stream_t *st = d->streams[i];
     if (st->safe_seq > st->free_seq)
       BAD("xseg: check: device %d: stream %p is safe beyond its frees", d->id, (void *)st->s);
+    if (st->keep != (st->pool != 0 && xs_private_find(d, st->pool) != NULL))
+      BAD("xseg: check: device %d: stream %p of pool %d is %s, its pool is %s", d->id, (void *)st->s, st->pool,
+          st->keep ? "kept" : "not kept", xs_private_find(d, st->pool) ? "open" : "closed");
     for (int k = 0; k < XS_NCLASS; k++) {
       xs_pool_t *p = &st->pools[k];
       if (p->st != st || p->cls != k) BAD("xseg: check: device %d: pool links broken", d->id);
@@ -219,27 +245,11 @@ int xs_check_device(xs_device_t *d) {
             ps.nunmapped);
     }
   }
-  const xs_vmm_t *v = &d->vmm;
   size_t cached = 0, ncached = 0;
-  for (xs_chunk_t *c = v->cache; c; c = c->next) {
-    if (c->vs != NULL) BAD("xseg: check: device %d: a cached chunk is marked mapped", d->id);
-    cached += c->size;
-    ncached++;
-  }
-  /* Chunks set aside still mapped (their undo unmap was refused). */
-  for (xs_chunk_t *c = v->stuck; c; c = c->next) {
-    if (!c->vs) BAD("xseg: check: device %d: a stuck chunk is marked unmapped", d->id);
-    t.mapped += c->size;
-    t.chunks++;
-    t.chunk_bytes += c->size;
-    t.reserved[c->vs->tag] += (int64_t)c->size;
-    t.segments[c->vs->tag]++;
-  }
+  if (check_chunk_lists(d, &t, &cached, &ncached) != 0) return XSEG_ECORRUPT;
+  const xs_vmm_t *v = &d->vmm;
   const xs_stats_t *s = &d->stats;
   const xs_vmm_stats_t *vs = &v->st;
-  EQ("the cache's byte count", v->cache_bytes, cached);
-  EQ("handles_cached", vs->handles_cached.current, ncached);
-  EQ("cached_handle_bytes", vs->cached_handle_bytes.current, cached);
   EQ("the pointer map's size", d->live.count, t.live[0] + t.live[1]);
   EQ("free_mapped_bytes", s->free_mapped_bytes.current, t.free_mapped);
   EQ("the free-mapped count", d->free_mapped, t.free_mapped);

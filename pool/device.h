@@ -76,6 +76,8 @@ struct xs_pool_s {
 
 struct xs_stream_s {
   xseg_stream_t s;
+  int pool;            /* private pool id, 0: the device's own pools */
+  int keep;            /* 1 while its private pool is open: never unmap or free its memory */
   xs_device_t *dev;
   xs_pool_t pools[XS_NCLASS];
   uint64_t free_seq;   /* incremented by every free on this stream */
@@ -126,6 +128,13 @@ typedef struct xs_strategy_s {
 extern const xs_strategy_t xs_expandable_strategy; /* pool/expandable.c */
 extern const xs_strategy_t xs_binned_strategy;     /* pool/binned.c */
 
+/* A private pool (xseg_pool_create): its blocks live in streams of their
+ * own (xs_stream_t.pool), kept apart from every other pool. */
+typedef struct xs_private_s {
+  int id;
+  int open; /* allocations go in, and its memory is kept */
+} xs_private_t;
+
 /* ---- the device allocator ---------------------------------------------------- */
 
 struct xs_device_s {
@@ -144,7 +153,15 @@ struct xs_device_s {
   size_t npending, cappending;
   size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
   size_t pinned;               /* bytes of pinned large chunks (XS_PIN_DIV) */
-  int64_t pack_base[XS_NCLASS]; /* allocated_bytes[class].allocated at the last restart (XS_PACK_DIV) */
+  /* Bytes handed out and returned per class, for the packing rule
+   * (expandable.c, XS_PACK_DIV): the allocator's own, so that resetting
+   * the user's statistics changes nothing. */
+  uint64_t handed[XS_NCLASS], returned[XS_NCLASS];
+  uint64_t pack_base[XS_NCLASS]; /* handed[class] at the last restart */
+  xs_private_t *privs;         /* private pools */
+  size_t nprivs, cappriv;
+  int next_pool;               /* id of the next private pool - 1 */
+  int capturing;               /* xseg_capture_begin depth: no event calls while > 0 */
   int trim_wanted;             /* a trim left blocks behind a fence: retry when it completes */
   size_t trim_floor;           /* free_mapped after the last trim: retry only above it */
   size_t large_page;           /* page_size_mb in bytes (0: adaptive) */
@@ -156,7 +173,11 @@ struct xs_device_s {
 /* alloc.c: the policy common to both strategies */
 int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *cfg);
 void xs_device_destroy(xs_device_t *d);
-void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s);
+/* Allocate in the pools of stream s and private pool `pool` (0: the
+ * device's own; the caller checked that it is open). */
+void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s, int pool);
+/* Allocate exactly [addr, addr + size) (xseg_malloc_at). */
+void *xs_malloc_at(xs_device_t *d, uintptr_t addr, size_t size, xseg_stream_t s, int pool);
 int xs_free(xs_device_t *d, xs_block_t *b);
 xs_block_t *xs_find_live(xs_device_t *d, uintptr_t p);
 int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what);
@@ -169,6 +190,17 @@ size_t xs_round_size(const xs_device_t *d, size_t size); /* 0 on overflow */
  * With wait, records a fence if needed and waits for it. */
 int xs_stream_safe(xs_device_t *d, xs_stream_t *st, uint64_t free_seq, int wait);
 xs_segment_t *xs_seg_of(xs_device_t *d, uintptr_t p); /* segment containing p, or NULL */
+/* The live block holding address p (p may be inside it), or NULL. */
+xs_block_t *xs_live_block_at(xs_device_t *d, uintptr_t p);
+/* Private pools. */
+xs_private_t *xs_private_find(xs_device_t *d, int id); /* NULL if no such pool */
+int xs_private_create(xs_device_t *d, int *id);
+void xs_private_close(xs_device_t *d, xs_private_t *pp);
+/* Bytes of live blocks in pool id's streams. */
+size_t xs_private_live(xs_device_t *d, int id);
+/* Largest cached free block of the device's own pools, or what could still
+ * be mapped (xseg_cache_info). */
+size_t xs_cache_info(xs_device_t *d);
 
 /* block.c: blocks in pools - split, merge, free sets, best fit */
 void xs_free_insert(xs_device_t *d, xs_block_t *b);
@@ -197,5 +229,6 @@ void xs_segment_drop(xs_device_t *d, xs_segment_t *seg);
 int xs_check_device(xs_device_t *d);
 /* snapshot.c */
 size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len);
+int xs_walk_device(xs_device_t *d, const xseg_walker_t *w, void *arg);
 
 #endif /* XSEG_POOL_DEVICE_H */

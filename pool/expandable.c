@@ -148,9 +148,10 @@ static int cand_push(cand_t *c, xs_block_t *b) {
 }
 
 /* Mapped free blocks holding a wholly free chunk outside the exclusion,
- * largest first within each pool. */
+ * largest first within each pool; none of an open private pool. */
 static void collect(xs_device_t *d, cand_t *c, const excl_t *x) {
   for (size_t i = 0; i < d->nstreams; i++) {
+    if (d->streams[i]->keep) continue; /* an open private pool keeps its pages */
     for (int k = 0; k < XS_NCLASS; k++) {
       xs_pool_t *p = &d->streams[i]->pools[k];
       for (xs_block_t *b = xs_tree_last(&p->free); b; b = xs_tree_prev(b)) {
@@ -401,9 +402,8 @@ static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x,
 }
 
 static int packing(const xs_device_t *d, int cls) {
-  const xs_stat_t *s = &d->stats.allocated_bytes[cls == XS_LARGE ? XS_STAT_LARGE : XS_STAT_SMALL];
-  const int64_t base = d->pack_base[cls]; /* freed == allocated == base then */
-  return (s->freed - base) * XS_PACK_DIV < s->allocated - base;
+  const uint64_t base = d->pack_base[cls]; /* returned == handed == base then */
+  return (d->returned[cls] - base) * XS_PACK_DIV < d->handed[cls] - base;
 }
 
 uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack) {

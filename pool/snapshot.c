@@ -63,3 +63,44 @@ size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len) {
   xs_sbuf_put(&b, "]}");
   return xs_sbuf_finish(&b);
 }
+
+/* ---- the walk (xseg_walk) ------------------------------------------------------------------- */
+
+static int walk_run(const xs_segment_t *seg, const xs_block_t *first, const xs_block_t *end, const xseg_walker_t *w,
+                    void *arg) {
+  const xs_stream_t *st = seg->pool->st;
+  xseg_segment_info_t si = {first->addr, 0, st->s, seg->pool->cls == XS_LARGE, !seg->binned, st->pool};
+  for (const xs_block_t *b = first; b != end; b = b->next) si.size += b->size;
+  int rc = w->segment ? w->segment(arg, &si) : 0;
+  for (const xs_block_t *b = first; b != end && rc == 0; b = b->next) {
+    xseg_block_info_t bi = {b->addr, b->size, b->requested,
+                            b->state == XS_BLOCK_LIVE ? XSEG_BLOCK_LIVE
+                            : b->state == XS_BLOCK_PENDING ? XSEG_BLOCK_PENDING : XSEG_BLOCK_FREE};
+    rc = w->block ? w->block(arg, &bi) : 0;
+  }
+  return rc;
+}
+
+/* Segments as PyTorch's snapshot shows them: each maximal run of mapped
+ * blocks of an xseg segment (a binned segment is one run). */
+int xs_walk_device(xs_device_t *d, const xseg_walker_t *w, void *arg) {
+  for (size_t i = 0; i < d->nstreams; i++) {
+    for (int k = 0; k < XS_NCLASS; k++) {
+      for (const xs_segment_t *seg = d->streams[i]->pools[k].segs; seg; seg = seg->next) {
+        const xs_block_t *b = seg->head;
+        while (b) {
+          if (!b->mapped) {
+            b = b->next;
+            continue;
+          }
+          const xs_block_t *e = b;
+          while (e && e->mapped) e = e->next;
+          int rc = walk_run(seg, b, e, w, arg);
+          if (rc != 0) return rc;
+          b = e;
+        }
+      }
+    }
+  }
+  return 0;
+}

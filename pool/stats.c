@@ -61,9 +61,25 @@ void xs_stats_reset_peaks(xs_stats_t *s) {
   for (int t = 0; t < XS_STAT_NTYPES; t++) s->name[t].peak = s->name[t].current;
   XS_STATS_POOLED(RESET_POOLED)
 #undef RESET_POOLED
+#define RESET_SINGLE(name, help) s->name.peak = s->name.current;
+  XS_STATS_SINGLE(RESET_SINGLE)
+#undef RESET_SINGLE
 #define RESET_GAUGE(name, help) s->name.peak = s->name.current;
   XS_STATS_GAUGES(RESET_GAUGE)
 #undef RESET_GAUGE
+}
+
+void xs_stats_reset_accumulated(xs_stats_t *s) {
+#define RESET_POOLED(name, help) \
+  for (int t = 0; t < XS_STAT_NTYPES; t++) s->name[t].allocated = s->name[t].freed = 0;
+  XS_STATS_POOLED(RESET_POOLED)
+#undef RESET_POOLED
+#define RESET_SINGLE(name, help) s->name.allocated = s->name.freed = 0;
+  XS_STATS_SINGLE(RESET_SINGLE)
+#undef RESET_SINGLE
+#define RESET_COUNTER(name, help) s->name = 0;
+  XS_STATS_COUNTERS(RESET_COUNTER)
+#undef RESET_COUNTER
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
@@ -77,6 +93,11 @@ static void json_pooled(xs_sbuf_t *b, const char *name, const xs_stat_t st[XS_ST
                 type_names[t], (long long)st[t].current, (long long)st[t].peak, (long long)st[t].allocated,
                 (long long)st[t].freed);
   xs_sbuf_put(b, "},");
+}
+
+static void json_single(xs_sbuf_t *b, const char *name, const xs_stat_t *st) {
+  xs_sbuf_put(b, "\"%s\":{\"current\":%lld,\"peak\":%lld,\"allocated\":%lld,\"freed\":%lld},", name,
+              (long long)st->current, (long long)st->peak, (long long)st->allocated, (long long)st->freed);
 }
 
 static void json_gauge(xs_sbuf_t *b, const char *name, const xs_gauge_t *g) {
@@ -97,6 +118,9 @@ size_t xs_stats_json_device(xs_device_t *d, const char *backend, char *buf, size
   XS_VMM_POOLED(JSON_VPOOLED)
 #undef JSON_POOLED
 #undef JSON_VPOOLED
+#define JSON_SINGLE(name, help) json_single(&b, #name, &s->name);
+  XS_STATS_SINGLE(JSON_SINGLE)
+#undef JSON_SINGLE
 #define JSON_GAUGE(name, help) json_gauge(&b, #name, &s->name);
 #define JSON_VGAUGE(name, help) json_gauge(&b, #name, &v->name);
   XS_STATS_GAUGES(JSON_GAUGE)

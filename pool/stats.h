@@ -32,6 +32,12 @@
   X(inactive_split_bytes, "bytes of inactive split blocks")                                  \
   X(requested_bytes, "bytes the user asked for, of live blocks")
 
+/* Torch-style single statistics (not split by pool): .current / .peak /
+ * .allocated / .freed. */
+#define XS_STATS_SINGLE(X)                                                                   \
+  X(oversize_allocations, "live blocks of max_split_size or more")                           \
+  X(oversize_segments, "binned segments of max_split_size or more")
+
 /* xseg's gauges: .current / .peak. */
 #define XS_STATS_GAUGES(X)                                                                   \
   X(free_mapped_bytes, "bytes of mapped free blocks (the cache inside segments)")            \
@@ -51,6 +57,9 @@ typedef struct xs_stats_s {
 #define XS_DECL_POOLED(name, help) xs_stat_t name[XS_STAT_NTYPES];
   XS_STATS_POOLED(XS_DECL_POOLED)
 #undef XS_DECL_POOLED
+#define XS_DECL_SINGLE(name, help) xs_stat_t name;
+  XS_STATS_SINGLE(XS_DECL_SINGLE)
+#undef XS_DECL_SINGLE
 #define XS_DECL_GAUGE(name, help) xs_gauge_t name;
   XS_STATS_GAUGES(XS_DECL_GAUGE)
 #undef XS_DECL_GAUGE
@@ -68,6 +77,8 @@ typedef struct xs_derived_s {
 } xs_derived_t;
 
 void xs_stats_reset_peaks(xs_stats_t *s);
+/* .allocated and .freed of every statistic, and every counter, to 0. */
+void xs_stats_reset_accumulated(xs_stats_t *s);
 
 /* An snprintf-like text builder (len counts what the full text needs; at
  * most cap bytes are written), shared by every JSON writer. */

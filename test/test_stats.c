@@ -604,6 +604,7 @@ static const char *const g_derived_keys[] = {"largest_free_block", "external_fra
 #define NAME_OF(name, help) #name,
 /* The allocator's own and the physical layer's (vmm/vmm.h). */
 static const char *const g_pooled[] = {XS_STATS_POOLED(NAME_OF) XS_VMM_POOLED(NAME_OF)};
+static const char *const g_singles[] = {XS_STATS_SINGLE(NAME_OF)};
 static const char *const g_gauges[] = {XS_STATS_GAUGES(NAME_OF) XS_VMM_GAUGES(NAME_OF)};
 static const char *const g_counters[] = {XS_STATS_COUNTERS(NAME_OF) XS_VMM_COUNTERS(NAME_OF)};
 #undef NAME_OF
@@ -621,8 +622,8 @@ static int check_stats_keys(const jv_t *s, int dev, const char *mode) {
   KEY_CHECK(s && s->type == J_OBJ, "stats: not an object");
   if (!s || s->type != J_OBJ) return bad;
   char path[160];
-  size_t expected = NELEM(g_header_keys) + NELEM(g_derived_keys) + NELEM(g_pooled) + NELEM(g_gauges) +
-                    NELEM(g_counters);
+  size_t expected = NELEM(g_header_keys) + NELEM(g_derived_keys) + NELEM(g_pooled) + NELEM(g_singles) +
+                    NELEM(g_gauges) + NELEM(g_counters);
   KEY_CHECK(s->n == expected, "stats: %zu top-level keys, %zu documented", s->n, expected);
   for (size_t i = 0; i < NELEM(g_pooled); i++) {
     const jv_t *o = jget(s, g_pooled[i]);
@@ -653,6 +654,18 @@ static int check_stats_keys(const jv_t *s, int dev, const char *mode) {
       }
       KEY_CHECK(all == sum, "stats: %s.all.%s %lld, the pools sum to %lld", g_pooled[i], g_fields[f], all, sum);
     }
+  }
+  for (size_t i = 0; i < NELEM(g_singles); i++) {
+    const jv_t *o = jget(s, g_singles[i]);
+    KEY_CHECK(o && o->type == J_OBJ && o->n == 4, "stats: %s is not an object of 4 fields", g_singles[i]);
+    long long v[4];
+    for (int f = 0; f < 4; f++) {
+      snprintf(path, sizeof path, "%s.%s", g_singles[i], g_fields[f]);
+      v[f] = jint(s, path);
+      KEY_CHECK(v[f] >= 0, "stats: %s missing or not a non-negative integer", path);
+    }
+    KEY_CHECK(v[0] == v[2] - v[3] && v[1] >= v[0], "stats: %s: current %lld, peak %lld, allocated - freed %lld",
+              g_singles[i], v[0], v[1], v[2] - v[3]);
   }
   for (size_t i = 0; i < NELEM(g_gauges); i++) {
     const jv_t *o = jget(s, g_gauges[i]);

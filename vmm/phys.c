@@ -359,3 +359,13 @@ void xs_vmm_reset_peaks(xs_vmm_stats_t *s) {
   XS_VMM_GAUGES(RESET_GAUGE)
 #undef RESET_GAUGE
 }
+
+void xs_vmm_reset_accumulated(xs_vmm_stats_t *s) {
+#define RESET_POOLED(name, help) \
+  for (int t = 0; t < XS_STAT_NTYPES; t++) s->name[t].allocated = s->name[t].freed = 0;
+  XS_VMM_POOLED(RESET_POOLED)
+#undef RESET_POOLED
+#define RESET_COUNTER(name, help) s->name = 0;
+  XS_VMM_COUNTERS(RESET_COUNTER)
+#undef RESET_COUNTER
+}

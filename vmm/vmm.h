@@ -175,6 +175,8 @@ int xs_vmm_event_sync(xs_vmm_t *v, xs_event_t ev);
 
 /* Reset the .peak of every gauge and pooled counter to its current value. */
 void xs_vmm_reset_peaks(xs_vmm_stats_t *s);
+/* Set the .allocated / .freed of pooled counters, and every counter, to 0. */
+void xs_vmm_reset_accumulated(xs_vmm_stats_t *s);
 
 /* ---- ranges and the chunk cache (segment.c) ---------------------------------------------- */
 
