@@ -96,20 +96,14 @@ XSEG_API void xseg_print_summary(int device, FILE *out);
 /* The last error of the calling thread, never NULL ("" when none). */
 XSEG_API const char *xseg_last_error(void);
 
-/* PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md).  A size of
- * 0 returns NULL (PyTorch never frees a NULL data pointer); a negative size
- * returns NULL with an error.  PyTorch's pluggable wrapper does not check
- * for NULL, so xseg_torch_alloc also prints its diagnosis to stderr;
- * libxseg_torch.so's xseg_torch_alloc_raising throws instead, which PyTorch
- * raises as RuntimeError (docs/pytorch.md, "Out of memory"). */
+/* PyTorch CUDAPluggableAllocator entry points (docs/pytorch.md), for C++
+ * programs that build their own pluggable allocator; the Python package
+ * installs xseg as PyTorch's native allocator instead.  A size of 0 returns
+ * NULL (PyTorch never frees a NULL data pointer); a negative size returns
+ * NULL with an error.  PyTorch's pluggable wrapper does not check for NULL,
+ * so xseg_torch_alloc also prints its diagnosis to stderr. */
 XSEG_API void *xseg_torch_alloc(ssize_t size, int device, xseg_stream_t stream);
 XSEG_API void xseg_torch_free(void *ptr, ssize_t size, int device, xseg_stream_t stream);
-/* Hooks with the signatures PyTorch's pluggable allocator calls
- * (record_stream, empty_cache / reset, set_memory_fraction); errors are
- * printed to stderr, as there is no way to return them. */
-XSEG_API void xseg_torch_record_stream(void *ptr, xseg_stream_t stream);
-XSEG_API void xseg_torch_empty_cache(void);
-XSEG_API void xseg_torch_set_memory_fraction(double fraction, int device);
 
 /* ---- Beyond the contract ----------------------------------------------- */
 
@@ -207,6 +201,9 @@ XSEG_API int xseg_device_stats(int device, xseg_device_stats_t *out);
  * all.  The allocator's behaviour does not depend on them. */
 XSEG_API int xseg_reset_accumulated_stats(int device);
 
+/* What the driver reports free and in all on the device (cuMemGetInfo). */
+XSEG_API int xseg_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+
 /* The largest free block cached on the device, or when none is, what could
  * still be mapped (for sizing a workspace, as cuDNN does). */
 XSEG_API int xseg_cache_info(int device, size_t *largest);
@@ -260,6 +257,21 @@ XSEG_API int xseg_pool_live(int device, int pool, size_t *live);
  * trees) asks for the very blocks it had.  size is a block size as
  * xseg_walk reports it.  NULL (XSEG_EINVAL) if the range is not free there. */
 XSEG_API void *xseg_malloc_at(void *addr, size_t size, int device, xseg_stream_t stream, int pool);
+
+/* Sharing memory with another process (torch.multiprocessing).  Export
+ * writes a handle for the live block at ptr into buf (*len: its size in,
+ * the handle's length out; XSEG_ERANGE and the length needed if too small)
+ * and the block's offset in the range the handle maps.  The same block
+ * always gives the same handle.  Open maps a handle from another process
+ * on `device` and returns the start of that range (add the offset); close
+ * unmaps it.  The other process must keep the block alive meanwhile.
+ * Needs the cuda backend and expandable segments; the receiver reads the
+ * sender's descriptors with pidfd_getfd(2), so it needs permission to
+ * ptrace it (xseg grants that to processes of the same user, see
+ * docs/pytorch.md). */
+XSEG_API int xseg_ipc_export(void *ptr, void *buf, size_t *len, size_t *offset);
+XSEG_API int xseg_ipc_open(const void *buf, size_t len, int device, void **base);
+XSEG_API int xseg_ipc_close(void *base);
 
 /* 1 if the device's allocator exists (it is made by the first call that
  * needs it), 0 if not, negative XSEG_E* on error.  Never creates one, so

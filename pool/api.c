@@ -258,6 +258,16 @@ static int do_reset_accumulated(xs_device_t *d) {
 
 int xseg_reset_accumulated_stats(int device) { return for_devices(device, do_reset_accumulated); }
 
+int xseg_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  if (!free_bytes || !total_bytes) return xs_error(XSEG_EINVAL, "xseg: xseg_mem_info: NULL argument");
+  xs_device_t *d = xs_device_get(device);
+  if (!d) return xseg_last_error_code();
+  pthread_mutex_lock(&d->lock);
+  int rc = xs_error_vmm(xs_vmm_mem_info(&d->vmm, free_bytes, total_bytes));
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
 int xseg_cache_info(int device, size_t *largest) {
   if (!largest) return xs_error(XSEG_EINVAL, "xseg: xseg_cache_info: largest is NULL");
   xs_device_t *d = xs_device_get(device);

@@ -1,8 +1,10 @@
 /* pool/torch.c: entry points with the signatures PyTorch's pluggable
  * allocator calls (torch.cuda.memory.CUDAPluggableAllocator), part of the
- * design's public contract.  PyTorch cannot be told of a failure through
- * them, so each prints xseg's diagnosis to stderr.  The native PyTorch
- * allocator (python/) calls the C API directly instead.
+ * design's public contract, for C++ programs that make their own pluggable
+ * allocator.  PyTorch cannot be told of a failure through them, so each
+ * prints xseg's diagnosis to stderr.  The Python package does not use them:
+ * it installs xseg as PyTorch's native allocator (python/native), which
+ * raises torch.OutOfMemoryError instead.
  */
 #include <stdio.h>
 
@@ -29,16 +31,3 @@ void xseg_torch_free(void *ptr, ssize_t size, int device, xseg_stream_t stream) 
   (void)stream;
   if (xseg_free(ptr) != 0) fprintf(stderr, "%s\n", xseg_last_error()); /* no way to return it to PyTorch */
 }
-
-void xseg_torch_record_stream(void *ptr, xseg_stream_t stream) {
-  if (xseg_record_stream(ptr, stream) != 0) fprintf(stderr, "%s\n", xseg_last_error());
-}
-
-void xseg_torch_empty_cache(void) {
-  if (xseg_empty_cache(-1) != 0) fprintf(stderr, "%s\n", xseg_last_error());
-}
-
-void xseg_torch_set_memory_fraction(double fraction, int device) {
-  if (xseg_set_memory_fraction(fraction, device) != 0) fprintf(stderr, "%s\n", xseg_last_error());
-}
-

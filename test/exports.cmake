@@ -4,7 +4,10 @@ set(contract xseg_malloc xseg_free xseg_record_stream xseg_empty_cache xseg_rese
     xseg_stats_json xseg_print_summary xseg_last_error xseg_torch_alloc xseg_torch_free
     xseg_init xseg_shutdown xseg_check_heap xseg_snapshot_json xseg_config_describe
     xseg_device_count xseg_enable_peer_access xseg_version xseg_last_error_code
-    xseg_torch_record_stream xseg_torch_empty_cache xseg_torch_set_memory_fraction xseg_set_memory_fraction)
+    xseg_set_memory_fraction
+    xseg_device_stats xseg_reset_accumulated_stats xseg_mem_info xseg_cache_info xseg_base_allocation xseg_walk
+    xseg_pool_create xseg_pool_release xseg_malloc_in_pool xseg_pool_live xseg_malloc_at xseg_device_active
+    xseg_capture_begin xseg_capture_end xseg_ipc_export xseg_ipc_open xseg_ipc_close)
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${LIB}")

@@ -383,6 +383,36 @@ XT_TEST(malloc_at_restores_a_pool_layout) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* On the host backend sharing is refused with a reason; malformed handles
+ * are named, never mapped.  (The GPU suite shares for real.) */
+XT_TEST(ipc_refusals_are_clear) {
+  XT_REQUIRE(t_init("host_capacity_mb:64") == 0);
+  void *p = xseg_malloc(3 * MiB, 0, NULL);
+  XT_REQUIRE(p != NULL);
+  unsigned char buf[256];
+  size_t len = sizeof buf, off = 0;
+  XT_CHECK_EQ(xseg_ipc_export(p, buf, &len, &off), XSEG_ENOTSUP);
+  XT_CHECK(strstr(xseg_last_error(), "cuda backend") != NULL);
+  XT_CHECK_EQ(xseg_ipc_export((char *)p + 3 * MiB + 4096, buf, &len, &off), XSEG_EINVAL);
+  XT_CHECK_EQ(xseg_ipc_export(p, NULL, &len, &off), XSEG_EINVAL);
+  void *base = NULL;
+  XT_CHECK_EQ(xseg_ipc_open("short", 5, 0, &base), XSEG_EINVAL);
+  XT_CHECK(strstr(xseg_last_error(), "too short") != NULL);
+  memset(buf, 0, sizeof buf);
+  memcpy(buf, "NOTXSEG!", 8);
+  XT_CHECK_EQ(xseg_ipc_open(buf, 24, 0, &base), XSEG_EINVAL);
+  XT_CHECK(strstr(xseg_last_error(), "not a handle") != NULL);
+  memcpy(buf, "XSEGIPC1", 8);
+  buf[8] = 3; /* three chunks claimed, none present */
+  XT_CHECK_EQ(xseg_ipc_open(buf, 24, 0, &base), XSEG_EINVAL);
+  XT_CHECK(strstr(xseg_last_error(), "malformed") != NULL);
+  XT_CHECK(base == NULL);
+  XT_CHECK_EQ(xseg_ipc_close(p), XSEG_EINVAL);
+  XT_CHECK_EQ(xseg_free(p), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 int main(void) {
   XT_RUN(stats_struct_matches_the_json);
   XT_RUN(accumulated_reset_changes_counts_not_behaviour);
@@ -391,5 +421,6 @@ int main(void) {
   XT_RUN(private_pool_keeps_its_memory);
   XT_RUN(capture_makes_no_event_calls);
   XT_RUN(malloc_at_restores_a_pool_layout);
+  XT_RUN(ipc_refusals_are_clear);
   return XT_DONE();
 }

@@ -71,6 +71,8 @@ typedef enum xs_call_e {
   XS_CALL_EVENT_QUERY,
   XS_CALL_EVENT_SYNC,
   XS_CALL_MEM_INFO,
+  XS_CALL_EXPORT,
+  XS_CALL_IMPORT,
   XS_CALL__COUNT
 } xs_call_t;
 
@@ -104,6 +106,14 @@ struct xs_backend_s {
    * (cuMemAlloc / cuMemFree).  size: any multiple of the granularity. */
   int (*mem_alloc)(xs_backend_t *b, int dev, size_t size, uintptr_t *addr);
   int (*mem_free)(xs_backend_t *b, int dev, uintptr_t addr, size_t size);
+
+  /* Sharing with other processes: a handle as a POSIX file descriptor
+   * (cuMemExportToShareableHandle; the handle must have been created
+   * shareable), and a handle from such a descriptor of another process
+   * (cuMemImportFromShareableHandle; released with release).  XSEG_ENOTSUP
+   * where the backend or the device cannot. */
+  int (*export_handle)(xs_backend_t *b, int dev, xs_handle_t h, int *fd);
+  int (*import_handle)(xs_backend_t *b, int dev, int fd, xs_handle_t *h);
 
   /* Events. */
   int (*event_create)(xs_backend_t *b, int dev, xs_event_t *ev);

@@ -59,6 +59,8 @@
   X(MemMap, cuMemMap)                                          \
   X(MemUnmap, cuMemUnmap)                                      \
   X(MemSetAccess, cuMemSetAccess)                              \
+  X(MemExportToShareableHandle, cuMemExportToShareableHandle)  \
+  X(MemImportFromShareableHandle, cuMemImportFromShareableHandle) \
   X(EventCreate, cuEventCreate)                                \
   X(EventDestroy, cuEventDestroy_v2)                           \
   X(EventRecord, cuEventRecord)                                \
@@ -182,6 +184,7 @@ static int drv_ready(void) {
 
 typedef struct cdev_s {
   CUdevice cudev;                /* driver handle of ordinal i */
+  atomic_int no_fd;              /* 1: handles cannot be made shareable as POSIX descriptors here */
   _Atomic(CUcontext) ctx;        /* retained primary context, NULL until first use */
   atomic_int info_ok;            /* info below is filled */
   xs_devinfo_t info;
@@ -435,9 +438,47 @@ static int cuda_create(xs_backend_t *b, int dev, size_t size, xs_handle_t *h) {
   CUmemAllocationProp prop;
   alloc_prop(&prop, d->cudev);
   CUmemGenericAllocationHandle hd = 0;
-  CUresult r = cu.MemCreate(&hd, size, &prop, 0);
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  /* Shareable as a POSIX descriptor, so torch.multiprocessing can pass the
+   * memory to another process (as PyTorch's expandable segments do); where
+   * the device or the system refuses that, plain handles. */
+  if (!atomic_load(&d->no_fd)) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    r = cu.MemCreate(&hd, size, &prop, 0);
+    if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) atomic_store(&d->no_fd, 1);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  }
+  if (atomic_load(&d->no_fd) && r != CUDA_SUCCESS) r = cu.MemCreate(&hd, size, &prop, 0);
   ctx_leave(pushed);
   if (r != CUDA_SUCCESS) return cu_fail(r, "cuMemCreate(%zu bytes, device %d)", size, dev);
+  *h = (xs_handle_t)hd;
+  return 0;
+}
+
+static int cuda_export(xs_backend_t *b, int dev, xs_handle_t h, int *fd) {
+  cdev_t *d = NULL;
+  int pushed, rc = ctx_enter(C(b), dev, "export", &d, &pushed);
+  if (rc != 0) return rc;
+  int out = -1;
+  CUresult r = cu.MemExportToShareableHandle(&out, (CUmemGenericAllocationHandle)h,
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  ctx_leave(pushed);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(r, "cuMemExportToShareableHandle(handle %#llx, device %d, POSIX descriptor)%s",
+                   (unsigned long long)h, dev,
+                   atomic_load(&d->no_fd) ? " (this device's handles are not shareable)" : "");
+  *fd = out;
+  return 0;
+}
+
+static int cuda_import(xs_backend_t *b, int dev, int fd, xs_handle_t *h) {
+  cdev_t *d = NULL;
+  int pushed, rc = ctx_enter(C(b), dev, "import", &d, &pushed);
+  if (rc != 0) return rc;
+  CUmemGenericAllocationHandle hd = 0;
+  CUresult r = cu.MemImportFromShareableHandle(&hd, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  ctx_leave(pushed);
+  if (r != CUDA_SUCCESS) return cu_fail(r, "cuMemImportFromShareableHandle(descriptor %d, device %d)", fd, dev);
   *h = (xs_handle_t)hd;
   return 0;
 }
@@ -654,6 +695,8 @@ int xs_cuda_backend_create(xs_backend_t **out) {
   be->event_record = cuda_event_record;
   be->event_query = cuda_event_query;
   be->event_sync = cuda_event_sync;
+  be->export_handle = cuda_export;
+  be->import_handle = cuda_import;
   be->now_ns = cuda_now;
   be->error_string = cuda_error_string;
   be->destroy = cuda_destroy;

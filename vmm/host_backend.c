@@ -607,6 +607,23 @@ static int host_event_sync(xs_backend_t *b, int dev, xs_event_t ev) {
   CALL(H(b), dev, XS_CALL_EVENT_SYNC, op_event_sync(H(b), dev, ev));
 }
 
+/* ---- sharing ------------------------------------------------------------ */
+
+/* A handle here is a list of granules of one memfd: there is no descriptor
+ * of its own to give another process. */
+static int host_export(xs_backend_t *b, int dev, xs_handle_t h, int *fd) {
+  (void)h;
+  *fd = -1;
+  CALL(H(b), dev, XS_CALL_EXPORT,
+       fail(XSEG_ENOTSUP, "host: sharing memory with another process needs the cuda backend"));
+}
+static int host_import(xs_backend_t *b, int dev, int fd, xs_handle_t *h) {
+  (void)fd;
+  *h = 0;
+  CALL(H(b), dev, XS_CALL_IMPORT,
+       fail(XSEG_ENOTSUP, "host: sharing memory with another process needs the cuda backend"));
+}
+
 /* ---- misc -------------------------------------------------------------- */
 
 uint64_t xs_clock_ns(void) {
@@ -709,6 +726,8 @@ int xs_host_backend_create(const xs_host_params_t *p, xs_backend_t **out) {
   be->event_record = host_event_record;
   be->event_query = host_event_query;
   be->event_sync = host_event_sync;
+  be->export_handle = host_export;
+  be->import_handle = host_import;
   be->now_ns = host_now;
   be->error_string = host_error_string;
   be->destroy = host_destroy;

@@ -12,13 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vmm.h"
 
 const char *const xs_call_names[XS_CALL__COUNT] = {
     "reserve",      "unreserve",     "create",       "release",     "map",
     "unmap",        "set_access",    "mem_alloc",    "mem_free",    "event_create",
-    "event_destroy", "event_record", "event_query",  "event_sync",  "mem_info"};
+    "event_destroy", "event_record", "event_query",  "event_sync",  "mem_info",
+    "export",       "import"};
 
 /* ---- errors and asserts ------------------------------------------------------------ */
 
@@ -193,6 +195,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   }
   c->size = size;
   c->created_ns = t0;
+  c->fd = -1;
   v->held += size;
   v->st.num_device_alloc++;
   xs_gauge_add(&v->st.handles_live, 1);
@@ -213,6 +216,7 @@ int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c) {
   v->st.num_device_free++;
   xs_gauge_add(&v->st.handles_live, -1);
   xs_gauge_add(&v->st.held_bytes, -(int64_t)c->size);
+  if (c->fd >= 0) close(c->fd);
   free(c);
   return 0;
 }
@@ -286,6 +290,57 @@ int xs_vmm_unmap(xs_vmm_t *v, xs_chunk_t *c) {
   c->vs = NULL;
   c->addr = 0;
   return 0;
+}
+
+/* ---- sharing with other processes ------------------------------------------------------ */
+
+int xs_vmm_export(xs_vmm_t *v, xs_chunk_t *c, int *fd) {
+  if (c->fd < 0) {
+    int rc = v->be->export_handle(v->be, v->dev, c->h, &c->fd);
+    if (rc != 0) {
+      c->fd = -1;
+      return xs_vmm_fail(rc, "xseg: device %d: exporting a physical handle of %zu bytes failed: %s", v->dev,
+                         c->size, be_err(v));
+    }
+  }
+  *fd = c->fd;
+  return 0;
+}
+
+void xs_vmm_unimport(xs_vmm_t *v, uintptr_t base, size_t span, const size_t *offs, const size_t *sizes,
+                     const xs_handle_t *handles, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!handles[i]) continue;
+    v->be->unmap(v->be, v->dev, base + offs[i], sizes[i]); /* refused only if never mapped */
+    v->be->release(v->be, v->dev, handles[i]);
+  }
+  if (base) v->be->unreserve(v->be, v->dev, base, span);
+}
+
+int xs_vmm_import(xs_vmm_t *v, const int *fds, const size_t *offs, const size_t *sizes, int n, size_t span,
+                  uintptr_t *base, xs_handle_t *handles) {
+  *base = 0;
+  for (int i = 0; i < n; i++) handles[i] = 0;
+  int rc = v->be->reserve(v->be, v->dev, span, v->gran, base);
+  if (rc != 0) {
+    *base = 0;
+    return xs_vmm_fail(rc, "xseg: device %d: reserving %zu bytes for shared memory failed: %s", v->dev, span,
+                       be_err(v));
+  }
+  for (int i = 0; i < n && rc == 0; i++) {
+    if ((rc = v->be->import_handle(v->be, v->dev, fds[i], &handles[i])) != 0) {
+      handles[i] = 0;
+      rc = xs_vmm_fail(rc, "xseg: device %d: importing shared memory failed: %s", v->dev, be_err(v));
+    } else if ((rc = v->be->map(v->be, v->dev, *base + offs[i], sizes[i], handles[i])) != 0) {
+      v->be->release(v->be, v->dev, handles[i]);
+      handles[i] = 0;
+      rc = xs_vmm_fail(rc, "xseg: device %d: mapping shared memory failed: %s", v->dev, be_err(v));
+    }
+  }
+  if (rc == 0 && (rc = xs_vmm_set_access(v, *base, span)) == 0) return 0;
+  xs_vmm_unimport(v, *base, span, offs, sizes, handles, n);
+  *base = 0;
+  return rc;
 }
 
 /* ---- events ------------------------------------------------------------------------- */

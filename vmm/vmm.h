@@ -87,6 +87,7 @@ struct xs_chunk_s {
   xs_chunk_t *next;    /* cache or stuck list */
   uint64_t created_ns; /* when it was created */
   int moved;           /* unmapped from a hole: mapping it again is a remap */
+  int fd;              /* exported as a POSIX descriptor (xs_vmm_export), else -1 */
 };
 
 struct xs_vseg_s {
@@ -165,6 +166,19 @@ int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c);
 int xs_vmm_map(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c, uintptr_t addr);
 int xs_vmm_unmap(xs_vmm_t *v, xs_chunk_t *c);
 int xs_vmm_set_access(xs_vmm_t *v, uintptr_t addr, size_t size);
+
+/* Sharing with other processes.  Export gives chunk c's handle as a
+ * descriptor, made once and kept until the chunk is released, so the same
+ * memory always has the same descriptor.  Import maps descriptors of
+ * another process's chunks (fds[i], of sizes[i] bytes, at offs[i] of a
+ * range of span bytes) into a new range of this device and gives it
+ * access; *base and handles[] are what unimport needs.  Neither counts as
+ * memory this allocator holds. */
+int xs_vmm_export(xs_vmm_t *v, xs_chunk_t *c, int *fd);
+int xs_vmm_import(xs_vmm_t *v, const int *fds, const size_t *offs, const size_t *sizes, int n, size_t span,
+                  uintptr_t *base, xs_handle_t *handles);
+void xs_vmm_unimport(xs_vmm_t *v, uintptr_t base, size_t span, const size_t *offs, const size_t *sizes,
+                     const xs_handle_t *handles, int n);
 
 /* Events, from the device's pool of idle ones. */
 int xs_vmm_event_get(xs_vmm_t *v, xs_event_t *ev);
