@@ -794,7 +794,14 @@ static int inject_fault(void) {
 
 /* ---- one run ------------------------------------------------------------------------------------ */
 
-static void run_one(int run, uint64_t ops) {
+/* Counts for the run's summary line. */
+typedef struct run_counts_s {
+  long nmalloc, nfail, nfaults;
+} run_counts_t;
+
+/* Seed the run, reset the model and start the library on the run's
+ * configuration; 0 when the device is there to test. */
+static int run_start(int run) {
   const mcfg_t *cfg = &g_cfgs[run % NCFGS];
   uint64_t s = g_seed ^ ((uint64_t)run * 0xD1B54A32D192ED03ull);
   rng = splitmix(&s);
@@ -816,19 +823,84 @@ static void run_one(int run, uint64_t ops) {
 #endif
   if (t_init(conf) != 0) {
     M_CHECK(0, "init(%s)", cfg->conf);
-    return;
+    return 1;
   }
   g_be = t_backend();
   M_CHECK(xseg_reset_peak_stats(0) == 0, "first call: %s", xseg_last_error()); /* creates the device */
   g_dev = xs_device_peek(0);
   if (!g_be || !g_dev) {
     M_CHECK(0, "no host backend or device");
-    return;
+    return 1;
   }
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  long nmalloc = 0, nfail = 0, nfaults = 0;
+  return 0;
+}
 
+/* One random operation, perhaps with a fault injected into it; returns
+ * whether one was. */
+static int random_op(run_counts_t *cnt) {
+  uint64_t k = below(1000);
+  /* Fewer allocations when the model's live bytes near the device. */
+  uint64_t malloc_share = M.active_b > (int64_t)(CAP * 3 / 4) ? 330 : 450;
+  int faulted = 0;
+  if (k < malloc_share) {
+    if (below(100) < 2) faulted = inject_fault();
+    long before = M.alloc;
+    op_malloc(rnd_size(), (int)below(NOWNERS));
+    cnt->nmalloc++;
+    cnt->nfail += M.alloc == before;
+  } else if (k < 800) {
+    if (M.nlive) {
+      if (below(100) < 2) faulted = inject_fault();
+      op_free((int)below((uint64_t)M.nlive));
+    }
+  } else if (k < 860) {
+    if (M.nlive) op_record((int)below((uint64_t)M.nlive), g_targets[below(4)]);
+  } else if (k < 900) {
+    if (M.nlive) { /* record then free */
+      int li = (int)below((uint64_t)M.nlive);
+      op_record(li, g_targets[below(4)]);
+      if (below(2)) op_record(li, g_targets[below(4)]);
+      if (below(100) < 5) faulted = inject_fault();
+      op_free(li);
+    }
+  } else if (k < 950) {
+    op_stream(1 + (int)below(NSTREAMS - 1));
+  } else if (k < 953) {
+    if (below(100) < 10) faulted = inject_fault();
+    op_empty();
+  } else if (k < 958) {
+    op_reset_peaks();
+  } else if (k < 970) {
+    op_misuse();
+  } else if (k < 972) { /* free about half, to make holes */
+    for (int i = M.nlive - 1; i >= 0; i -= 2) op_free(i);
+  } else {
+    op_malloc(rnd_size() % (64 * KiB), (int)below(NOWNERS)); /* a burst of small ones */
+    cnt->nmalloc++;
+  }
+  return faulted;
+}
+
+/* The checks after a step: the statistics every time, two live blocks'
+ * patterns, the heap now and then, everything every FULL_EVERY steps. */
+static void check_step(int faulted) {
+  check_stats();
+  if (M.nlive) verify_block(M.live[below((uint64_t)M.nlive)], "after the step");
+  if (M.nlive) verify_block(M.live[below((uint64_t)M.nlive)], "after the step");
+  /* BUG (unmerged after a failed conversion, fixed in the working tree
+   * since): when the first page of a conversion could not be mapped
+   * again (expandable.c:convert), the unmapped block it had split
+   * at the handle's start stayed split: two adjacent free unmapped
+   * blocks, "were not merged". */
+  if (faulted || g_step % HEAP_EVERY == 0) check_heap();
+  if (g_step % FULL_EVERY == 0) {
+    for (int i = 0; i < M.nlive; i++) verify_block(M.live[i], "(full sweep)");
+    check_json();
+  }
+}
+
+/* The steps of a run, until ops or the first failure. */
+static void run_steps(uint64_t ops, run_counts_t *cnt) {
   for (g_step = 0; g_step < (long)ops && !g_failed; g_step++) {
     /* A step that never returns is reported by the watchdog.  BUG
      * (endless conversion retry, fixed in the working tree since):
@@ -836,81 +908,32 @@ static void run_one(int run, uint64_t ops) {
      * when its unmap kept failing with XSEG_ENOMEM, nothing changed between
      * tries and the malloc never returned. */
     if (g_step % 256 == 0) alarm(WATCHDOG_S);
-    uint64_t k = below(1000);
-    /* Fewer allocations when the model's live bytes near the device. */
-    uint64_t malloc_share = M.active_b > (int64_t)(CAP * 3 / 4) ? 330 : 450;
-    int faulted = 0;
-    if (k < malloc_share) {
-      if (below(100) < 2) faulted = inject_fault();
-      long before = M.alloc;
-      op_malloc(rnd_size(), (int)below(NOWNERS));
-      nmalloc++;
-      nfail += M.alloc == before;
-    } else if (k < 800) {
-      if (M.nlive) {
-        if (below(100) < 2) faulted = inject_fault();
-        op_free((int)below((uint64_t)M.nlive));
-      }
-    } else if (k < 860) {
-      if (M.nlive) op_record((int)below((uint64_t)M.nlive), g_targets[below(4)]);
-    } else if (k < 900) {
-      if (M.nlive) { /* record then free */
-        int li = (int)below((uint64_t)M.nlive);
-        op_record(li, g_targets[below(4)]);
-        if (below(2)) op_record(li, g_targets[below(4)]);
-        if (below(100) < 5) faulted = inject_fault();
-        op_free(li);
-      }
-    } else if (k < 950) {
-      op_stream(1 + (int)below(NSTREAMS - 1));
-    } else if (k < 953) {
-      if (below(100) < 10) faulted = inject_fault();
-      op_empty();
-    } else if (k < 958) {
-      op_reset_peaks();
-    } else if (k < 970) {
-      op_misuse();
-    } else if (k < 972) { /* free about half, to make holes */
-      for (int i = M.nlive - 1; i >= 0; i -= 2) op_free(i);
-    } else {
-      op_malloc(rnd_size() % (64 * KiB), (int)below(NOWNERS)); /* a burst of small ones */
-      nmalloc++;
-    }
+    int faulted = random_op(cnt);
     if (faulted) {
       xs_host_fail_clear(g_be);
       M.fault_kind = -1;
-      nfaults++;
+      cnt->nfaults++;
     }
     M.rec_calls = 0;
     if (g_failed) break;
-
-    check_stats();
-    if (M.nlive) verify_block(M.live[below((uint64_t)M.nlive)], "after the step");
-    if (M.nlive) verify_block(M.live[below((uint64_t)M.nlive)], "after the step");
-    /* BUG (unmerged after a failed conversion, fixed in the working tree
-     * since): when the first page of a conversion could not be mapped
-     * again (expandable.c:convert), the unmapped block it had split
-     * at the handle's start stayed split: two adjacent free unmapped
-     * blocks, "were not merged". */
-    if (faulted || g_step % HEAP_EVERY == 0) check_heap();
-    if (g_step % FULL_EVERY == 0) {
-      for (int i = 0; i < M.nlive; i++) verify_block(M.live[i], "(full sweep)");
-      check_json();
-    }
+    check_step(faulted);
   }
+}
 
-  if (g_failed) { /* leave the library clean for nothing: the run stops here */
-    xs_host_fail_clear(g_be);
-    for (int i = 1; i < NSTREAMS; i++) xs_host_stream_release(g_be, g_streams[i]);
-    for (int i = 0; i < M.nlive; i++) xseg_free((void *)M.blk[M.live[i]].p);
-    xseg_empty_cache(0);
-    xseg_empty_cache(0);
-    xseg_shutdown();
-    printf("FAIL run %2d: %s\n", run, cfg->conf);
-    return;
-  }
-  /* Wind down: finish every stream, free everything, and the device must
-   * hold nothing. */
+/* After a failure: leave the library clean for nothing, the run stops here. */
+static void run_abandon(int run) {
+  xs_host_fail_clear(g_be);
+  for (int i = 1; i < NSTREAMS; i++) xs_host_stream_release(g_be, g_streams[i]);
+  for (int i = 0; i < M.nlive; i++) xseg_free((void *)M.blk[M.live[i]].p);
+  xseg_empty_cache(0);
+  xseg_empty_cache(0);
+  xseg_shutdown();
+  printf("FAIL run %2d: %s\n", run, g_cfgs[run % NCFGS].conf);
+}
+
+/* Wind down: finish every stream, free everything, and the device must
+ * hold nothing. */
+static void run_wind_down(void) {
   g_step = -2;
   for (int i = 1; i < NSTREAMS; i++) {
     xs_host_stream_release(g_be, g_streams[i]);
@@ -931,12 +954,26 @@ static void run_one(int run, uint64_t ops) {
   M_CHECK(xseg_shutdown() == 0, "shutdown: %s", xseg_last_error());
   g_dev = NULL;
   g_be = NULL;
+}
+
+static void run_one(int run, uint64_t ops) {
+  const mcfg_t *cfg = &g_cfgs[run % NCFGS];
+  if (run_start(run) != 0) return;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  run_counts_t cnt = {0, 0, 0};
+  run_steps(ops, &cnt);
+  if (g_failed) {
+    run_abandon(run);
+    return;
+  }
+  run_wind_down();
   alarm(0);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   printf("%-4s run %2d: %llu ops, %ld mallocs (%ld failed), %ld faults, %lld ooms, %.2f s: %s\n",
-         g_failed ? "FAIL" : "ok", run, (unsigned long long)ops, nmalloc, nfail, nfaults, (long long)M.ooms, secs,
-         cfg->conf);
+         g_failed ? "FAIL" : "ok", run, (unsigned long long)ops, cnt.nmalloc, cnt.nfail, cnt.nfaults,
+         (long long)M.ooms, secs, cfg->conf);
   fflush(stdout);
 }
 

@@ -185,6 +185,47 @@ static size_t jutf8_len(const unsigned char *p, const unsigned char *end) {
   return n;
 }
 
+/* The rest of a \u escape (after "\u") into b: one code point, or a
+ * surrogate pair joined into one.  0, with jp->err set, if it is bad. */
+static int jstring_u(jp_t *jp, jbuf_t *b) {
+  uint32_t u;
+  if (!jhex4(jp, &u)) return jfail(jp, "bad \\u escape"), 0;
+  if (u >= 0xDC00 && u <= 0xDFFF) return jfail(jp, "lone low surrogate"), 0;
+  if (u >= 0xD800 && u <= 0xDBFF) {
+    uint32_t lo;
+    if (jp->end - jp->p < 2 || jp->p[0] != '\\' || jp->p[1] != 'u')
+      return jfail(jp, "high surrogate without its low half"), 0;
+    jp->p += 2;
+    if (!jhex4(jp, &lo) || lo < 0xDC00 || lo > 0xDFFF) return jfail(jp, "high surrogate without its low half"), 0;
+    u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+  }
+  jbuf_utf8(b, u);
+  return 1;
+}
+
+/* The escape at jp->p (its backslash), decoded into b.  0, with jp->err
+ * set, if it is bad. */
+static int jstring_escape(jp_t *jp, jbuf_t *b) {
+  jp->p++;
+  if (jp->p >= jp->end) return jfail(jp, "unterminated escape"), 0;
+  char e = *jp->p++;
+  const char *simple = NULL;
+  switch (e) {
+  case '"': simple = "\""; break;
+  case '\\': simple = "\\"; break;
+  case '/': simple = "/"; break;
+  case 'b': simple = "\b"; break;
+  case 'f': simple = "\f"; break;
+  case 'n': simple = "\n"; break;
+  case 'r': simple = "\r"; break;
+  case 't': simple = "\t"; break;
+  case 'u': return jstring_u(jp, b);
+  default: return jfail(jp, "unknown escape"), 0;
+  }
+  jbuf_put(b, simple, 1);
+  return 1;
+}
+
 static int jstring(jp_t *jp, char **out, size_t *outlen) {
   if (jp->p >= jp->end || *jp->p != '"') return jfail(jp, "expected a string"), 0;
   jp->p++;
@@ -219,53 +260,10 @@ static int jstring(jp_t *jp, char **out, size_t *outlen) {
       jp->p++;
       continue;
     }
-    jp->p++;
-    if (jp->p >= jp->end) {
+    if (!jstring_escape(jp, &b)) {
       free(b.p);
-      return jfail(jp, "unterminated escape"), 0;
+      return 0;
     }
-    char e = *jp->p++;
-    const char *simple = NULL;
-    switch (e) {
-    case '"': simple = "\""; break;
-    case '\\': simple = "\\"; break;
-    case '/': simple = "/"; break;
-    case 'b': simple = "\b"; break;
-    case 'f': simple = "\f"; break;
-    case 'n': simple = "\n"; break;
-    case 'r': simple = "\r"; break;
-    case 't': simple = "\t"; break;
-    case 'u': {
-      uint32_t u;
-      if (!jhex4(jp, &u)) {
-        free(b.p);
-        return jfail(jp, "bad \\u escape"), 0;
-      }
-      if (u >= 0xDC00 && u <= 0xDFFF) {
-        free(b.p);
-        return jfail(jp, "lone low surrogate"), 0;
-      }
-      if (u >= 0xD800 && u <= 0xDBFF) {
-        uint32_t lo;
-        if (jp->end - jp->p < 2 || jp->p[0] != '\\' || jp->p[1] != 'u') {
-          free(b.p);
-          return jfail(jp, "high surrogate without its low half"), 0;
-        }
-        jp->p += 2;
-        if (!jhex4(jp, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
-          free(b.p);
-          return jfail(jp, "high surrogate without its low half"), 0;
-        }
-        u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-      }
-      jbuf_utf8(&b, u);
-      break;
-    }
-    default:
-      free(b.p);
-      return jfail(jp, "unknown escape"), 0;
-    }
-    if (simple) jbuf_put(&b, simple, 1);
   }
   *out = b.p;
   *outlen = b.n;
@@ -1262,6 +1260,188 @@ static void dump_hist(const char *conf, uint64_t seed, int step) {
  * possible in both modes on the default 4 GiB host device. */
 #define PIN_BOUND (66 * MiB)
 
+/* What m_malloc returns instead of a block's index. */
+#define M_FULL (-2)   /* no room in the model: the step frees instead */
+#define M_FAILED (-3) /* the malloc failed */
+
+/* A malloc of a random size on a random allocating stream; the new block's
+ * index in MM.b, M_FULL or M_FAILED. */
+static int m_malloc(void) {
+  if (MM.n >= MAX_ACTIVE || (size_t)(MM.n + 1) * PIN_BOUND > 3 * GiB) return M_FULL;
+  size_t n = rnd_size();
+  int st = (int)t_below(NALLOC_STR);
+  size_t r = m_round(n);
+  void *p = xseg_malloc(n, 0, g_str[st]);
+  HIST("malloc(%zu, stream %d) = %p", n, st, p);
+  m_process();
+  XT_CHECK_MSG(p != NULL, "malloc(%zu) failed: %s", n, xseg_last_error());
+  if (!p) return M_FAILED;
+  XT_CHECK_EQ((uintptr_t)p % 512, 0);
+  mblock_t *b = &MM.b[MM.n++];
+  memset(b, 0, sizeof *b);
+  b->p = p;
+  b->req = n;
+  b->r = r;
+  b->cls = r <= MiB ? 1 : 2;
+  if (b->cls == 1) MM.n_small++;
+  else MM.n_large++;
+  b->owner = st;
+  mstat_add(MM.allocation, b->cls, 1);
+  mstat_add(MM.requested, b->cls, (long long)n);
+  mstat_add(MM.active, b->cls, 1);
+  /* allocated_bytes and active_bytes once the size is checked (m_check):
+   * nothing else happens in between, so the peaks come out the same. */
+  return MM.n - 1;
+}
+
+/* A random live (not pending) block, or NULL if there is none. */
+static mblock_t *m_pick_live(void) {
+  int idx[MAX_ACTIVE], nl = 0;
+  for (int i = 0; i < MM.n; i++)
+    if (!MM.b[i].pending) idx[nl++] = i;
+  return nl ? &MM.b[idx[t_below((uint64_t)nl)]] : NULL;
+}
+
+/* Free a random live block: gone at once, or pending on the streams
+ * recorded on it. */
+static void m_free(void) {
+  mblock_t *b = m_pick_live();
+  if (!b) return;
+  int rc = xseg_free(b->p);
+  HIST("free(%p) = %d (%d streams recorded)", b->p, rc, b->nuses);
+  XT_CHECK_EQ(rc, 0);
+  mstat_add(MM.allocation, b->cls, -1);
+  mstat_add(MM.requested, b->cls, -(long long)b->req);
+  mstat_add(MM.allocated, b->cls, -(long long)b->sz);
+  if (b->nuses == 0) {
+    mstat_add(MM.active, b->cls, -1);
+    mstat_add(MM.active_bytes, b->cls, -(long long)b->sz);
+    *b = MM.b[--MM.n];
+    return;
+  }
+  b->pending = 1;
+  b->nev = b->nuses;
+  for (int e = 0; e < b->nuses; e++) {
+    b->ev[e].st = b->uses[e];
+    b->ev[e].held = b->uses[e] == 3 && MM.held;
+    b->ev[e].gen = MM.gen;
+  }
+  MM.pend_cur++;
+  MM.n_pending++;
+  if (MM.pend_cur > MM.pend_peak) MM.pend_peak = MM.pend_cur;
+}
+
+/* record_stream on a live block: any stream, the owner included (a no-op). */
+static void m_record(void) {
+  mblock_t *b = m_pick_live();
+  if (!b) return;
+  int st = t_below(3) ? 3 : (int)t_below(NSTR);
+  int rc = xseg_record_stream(b->p, g_str[st]);
+  HIST("record_stream(%p, stream %d) = %d", b->p, st, rc);
+  XT_CHECK_EQ(rc, 0);
+  int known = st == b->owner;
+  for (int e = 0; e < b->nuses; e++) known |= b->uses[e] == st;
+  if (!known) b->uses[b->nuses++] = st;
+}
+
+/* Out of memory: beyond the device, or past SIZE_MAX. */
+static void m_oom(void) {
+  size_t n = t_below(2) ? 8 * GiB + (size_t)t_below(GiB) : SIZE_MAX - (size_t)t_below(1024);
+  void *p = xseg_malloc(n, 0, g_str[t_below(NALLOC_STR)]);
+  HIST("malloc(%zu) = %p (must fail)", n, p);
+  XT_CHECK(p == NULL);
+  XT_CHECK_EQ(xseg_last_error_code(), XSEG_ENOMEM);
+  if (m_round(n) != 0) m_process();
+  MM.ooms++;
+  MM.n_ooms++;
+}
+
+/* One random operation; the block it allocated (index in MM.b), -1 if
+ * none, or M_FAILED. */
+static int m_step(void) {
+  uint64_t k = t_below(100);
+  int fresh = -1;
+  if (k < 44) {
+    fresh = m_malloc();
+    if (fresh == M_FAILED) return M_FAILED;
+    if (fresh == M_FULL) {
+      fresh = -1;
+      k = 50; /* full: free instead */
+    }
+  }
+  if (k >= 44 && k < 74) {
+    m_free();
+  } else if (k >= 74 && k < 84) {
+    m_record();
+  } else if (k >= 84 && k < 88) {
+    xs_host_stream_hold(be(), HELD);
+    MM.held = 1;
+    HIST("hold");
+  } else if (k >= 88 && k < 90) {
+    xs_host_stream_complete(be(), HELD);
+    MM.gen++;
+    HIST("complete");
+  } else if (k >= 90 && k < 92) {
+    xs_host_stream_release(be(), HELD);
+    MM.gen++;
+    MM.held = 0;
+    HIST("release");
+  } else if (k >= 92 && k < 94) {
+    int rc = xseg_empty_cache(t_below(2) ? 0 : -1);
+    HIST("empty_cache = %d", rc);
+    XT_CHECK_EQ(rc, 0);
+    m_process();
+    MM.n_empty++;
+  } else if (k >= 94 && k < 97) {
+    int rc = xseg_reset_peak_stats(t_below(2) ? 0 : -1);
+    HIST("reset_peak_stats = %d", rc);
+    XT_CHECK_EQ(rc, 0);
+    m_reset_peaks();
+    MM.n_resets++;
+  } else if (k >= 97) {
+    m_oom();
+  }
+  return fresh;
+}
+
+/* After a step: the new block's size (now that the snapshot shows it),
+ * every modelled figure and the snapshot against the JSON; problems.  Keeps
+ * what m_size needs from this step's stats for the next. */
+static int m_check(const jv_t *s, const jv_t *snap, int fresh, const char *mode) {
+  int bad = 0;
+  if (fresh >= 0) {
+    mblock_t *b = &MM.b[fresh];
+    bad += m_size(b, snap);
+    mstat_add(MM.allocated, b->cls, (long long)b->sz);
+    mstat_add(MM.active_bytes, b->cls, (long long)b->sz);
+  }
+  bad += m_compare(s);
+  bad += check_both(s, snap, 0, mode);
+  MM.prev_held = jint(s, "held_bytes.current");
+  MM.limit = jint(s, "limit");
+  MM.page = jint(s, "granularity");
+  return bad;
+}
+
+/* Drain: free everything, let the held stream go, and (if the run went
+ * well) nothing may be left; problems. */
+static int m_drain(const char *mode, int bad) {
+  for (int i = 0; i < MM.n; i++)
+    if (!MM.b[i].pending) xseg_free(MM.b[i].p);
+  xs_host_stream_release(be(), HELD);
+  xseg_empty_cache(0);
+  if (bad) return 0;
+  XT_CHECK_EQ(t_stat(0, "allocation.all.current"), 0);
+  XT_CHECK_EQ(t_stat(0, "active.all.current"), 0);
+  XT_CHECK_EQ(t_stat(0, "pending_frees.current"), 0);
+  XT_CHECK_EQ(t_stat(0, "requested_bytes.all.current"), 0);
+  XT_CHECK_EQ(t_stat(0, "allocated_bytes.all.current"), 0);
+  XT_CHECK_EQ(t_stat(0, "free_mapped_bytes.current"), 0); /* everything was released */
+  XT_CHECK_EQ(t_stat(0, "reserved_bytes.all.current"), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 0);
+  return check_all(0, mode);
+}
+
 static int run_model(int expandable, uint64_t seed) {
   const char *conf = expandable ? "expandable_segments:True" : "expandable_segments:False";
   if (t_init(expandable ? "" : conf) != 0) return 1; /* expandable: the default configuration */
@@ -1275,122 +1455,10 @@ static int run_model(int expandable, uint64_t seed) {
   int bad = 0, step;
   int nops = (int)t_scale(MODEL_OPS);
   for (step = 0; step < nops && !bad; step++) {
-    uint64_t k = t_below(100);
-    int fresh = -1; /* the block this step allocated */
-    if (k < 44) {
-      /* malloc */
-      if (MM.n >= MAX_ACTIVE || (size_t)(MM.n + 1) * PIN_BOUND > 3 * GiB) {
-        k = 50; /* full: free instead */
-      } else {
-        size_t n = rnd_size();
-        int st = (int)t_below(NALLOC_STR);
-        size_t r = m_round(n);
-        void *p = xseg_malloc(n, 0, g_str[st]);
-        HIST("malloc(%zu, stream %d) = %p", n, st, p);
-        m_process();
-        XT_CHECK_MSG(p != NULL, "malloc(%zu) failed: %s", n, xseg_last_error());
-        if (!p) {
-          bad++;
-          break;
-        }
-        XT_CHECK_EQ((uintptr_t)p % 512, 0);
-        mblock_t *b = &MM.b[MM.n++];
-        memset(b, 0, sizeof *b);
-        b->p = p;
-        b->req = n;
-        b->r = r;
-        b->cls = r <= MiB ? 1 : 2;
-        if (b->cls == 1) MM.n_small++;
-        else MM.n_large++;
-        b->owner = st;
-        mstat_add(MM.allocation, b->cls, 1);
-        mstat_add(MM.requested, b->cls, (long long)n);
-        mstat_add(MM.active, b->cls, 1);
-        /* allocated_bytes and active_bytes once the size is checked, below:
-         * nothing else happens in between, so the peaks come out the same. */
-        fresh = MM.n - 1;
-      }
-    }
-    if (k >= 44 && k < 74) {
-      /* free a random live block */
-      int idx[MAX_ACTIVE], nl = 0;
-      for (int i = 0; i < MM.n; i++)
-        if (!MM.b[i].pending) idx[nl++] = i;
-      if (nl) {
-        mblock_t *b = &MM.b[idx[t_below((uint64_t)nl)]];
-        int rc = xseg_free(b->p);
-        HIST("free(%p) = %d (%d streams recorded)", b->p, rc, b->nuses);
-        XT_CHECK_EQ(rc, 0);
-        mstat_add(MM.allocation, b->cls, -1);
-        mstat_add(MM.requested, b->cls, -(long long)b->req);
-        mstat_add(MM.allocated, b->cls, -(long long)b->sz);
-        if (b->nuses == 0) {
-          mstat_add(MM.active, b->cls, -1);
-          mstat_add(MM.active_bytes, b->cls, -(long long)b->sz);
-          *b = MM.b[--MM.n];
-        } else {
-          b->pending = 1;
-          b->nev = b->nuses;
-          for (int e = 0; e < b->nuses; e++) {
-            b->ev[e].st = b->uses[e];
-            b->ev[e].held = b->uses[e] == 3 && MM.held;
-            b->ev[e].gen = MM.gen;
-          }
-          MM.pend_cur++;
-          MM.n_pending++;
-          if (MM.pend_cur > MM.pend_peak) MM.pend_peak = MM.pend_cur;
-        }
-      }
-    } else if (k >= 74 && k < 84) {
-      /* record_stream on a live block: any stream, the owner included (a no-op) */
-      int idx[MAX_ACTIVE], nl = 0;
-      for (int i = 0; i < MM.n; i++)
-        if (!MM.b[i].pending) idx[nl++] = i;
-      if (nl) {
-        mblock_t *b = &MM.b[idx[t_below((uint64_t)nl)]];
-        int st = t_below(3) ? 3 : (int)t_below(NSTR);
-        int rc = xseg_record_stream(b->p, g_str[st]);
-        HIST("record_stream(%p, stream %d) = %d", b->p, st, rc);
-        XT_CHECK_EQ(rc, 0);
-        int known = st == b->owner;
-        for (int e = 0; e < b->nuses; e++) known |= b->uses[e] == st;
-        if (!known) b->uses[b->nuses++] = st;
-      }
-    } else if (k >= 84 && k < 88) {
-      xs_host_stream_hold(be(), HELD);
-      MM.held = 1;
-      HIST("hold");
-    } else if (k >= 88 && k < 90) {
-      xs_host_stream_complete(be(), HELD);
-      MM.gen++;
-      HIST("complete");
-    } else if (k >= 90 && k < 92) {
-      xs_host_stream_release(be(), HELD);
-      MM.gen++;
-      MM.held = 0;
-      HIST("release");
-    } else if (k >= 92 && k < 94) {
-      int rc = xseg_empty_cache(t_below(2) ? 0 : -1);
-      HIST("empty_cache = %d", rc);
-      XT_CHECK_EQ(rc, 0);
-      m_process();
-      MM.n_empty++;
-    } else if (k >= 94 && k < 97) {
-      int rc = xseg_reset_peak_stats(t_below(2) ? 0 : -1);
-      HIST("reset_peak_stats = %d", rc);
-      XT_CHECK_EQ(rc, 0);
-      m_reset_peaks();
-      MM.n_resets++;
-    } else if (k >= 97) {
-      /* out of memory: beyond the device, or past SIZE_MAX */
-      size_t n = t_below(2) ? 8 * GiB + (size_t)t_below(GiB) : SIZE_MAX - (size_t)t_below(1024);
-      void *p = xseg_malloc(n, 0, g_str[t_below(NALLOC_STR)]);
-      HIST("malloc(%zu) = %p (must fail)", n, p);
-      XT_CHECK(p == NULL);
-      XT_CHECK_EQ(xseg_last_error_code(), XSEG_ENOMEM);
-      if (m_round(n) != 0) m_process();
-      MM.ooms++;
-      MM.n_ooms++;
+    int fresh = m_step(); /* the block this step allocated */
+    if (fresh == M_FAILED) {
+      bad++;
+      break;
     }
     jv_t *s = read_stats(0), *snap = read_snapshot(0);
     if (!s || !snap) {
@@ -1399,17 +1467,7 @@ static int run_model(int expandable, uint64_t seed) {
       bad++;
       break;
     }
-    if (fresh >= 0) {
-      mblock_t *b = &MM.b[fresh];
-      bad += m_size(b, snap);
-      mstat_add(MM.allocated, b->cls, (long long)b->sz);
-      mstat_add(MM.active_bytes, b->cls, (long long)b->sz);
-    }
-    bad += m_compare(s);
-    bad += check_both(s, snap, 0, mode);
-    MM.prev_held = jint(s, "held_bytes.current");
-    MM.limit = jint(s, "limit");
-    MM.page = jint(s, "granularity");
+    bad += m_check(s, snap, fresh, mode);
     jfree(s);
     jfree(snap);
     if (bad) dump_hist(conf, seed, step);
@@ -1418,22 +1476,7 @@ static int run_model(int expandable, uint64_t seed) {
          "page), %lld pending frees (%lld completed), %lld OOMs, %lld empty_cache, %lld peak resets\n",
          mode, (unsigned long long)seed, step, MM.n_small, MM.n_large, MM.n_folded, MM.n_pending, MM.n_done,
          MM.n_ooms, MM.n_empty, MM.n_resets);
-  /* Drain: free everything, let the held stream go, and check again. */
-  for (int i = 0; i < MM.n; i++)
-    if (!MM.b[i].pending) xseg_free(MM.b[i].p);
-  xs_host_stream_release(be(), HELD);
-  xseg_empty_cache(0);
-  if (!bad) {
-    XT_CHECK_EQ(t_stat(0, "allocation.all.current"), 0);
-    XT_CHECK_EQ(t_stat(0, "active.all.current"), 0);
-    XT_CHECK_EQ(t_stat(0, "pending_frees.current"), 0);
-    XT_CHECK_EQ(t_stat(0, "requested_bytes.all.current"), 0);
-    XT_CHECK_EQ(t_stat(0, "allocated_bytes.all.current"), 0);
-    XT_CHECK_EQ(t_stat(0, "free_mapped_bytes.current"), 0); /* everything was released */
-    XT_CHECK_EQ(t_stat(0, "reserved_bytes.all.current"), 0);
-    XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 0);
-    bad += check_all(0, mode);
-  }
+  bad += m_drain(mode, bad);
   int rc = xseg_shutdown();
   XT_CHECK_MSG(rc == 0, "shutdown: %s", xseg_last_error());
   return bad;

@@ -365,6 +365,110 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
+/* A fault for the next operation, from two bytes; returns that operation
+ * (never another fault). */
+static unsigned op_fault(in_t *in, int expandable) {
+  static const xs_call_t kinds[] = {
+      XS_CALL_CREATE,   XS_CALL_RELEASE,      XS_CALL_MAP,          XS_CALL_UNMAP,       XS_CALL_SET_ACCESS,
+      XS_CALL_RESERVE,  XS_CALL_UNRESERVE,    XS_CALL_MEM_ALLOC,    XS_CALL_MEM_FREE,    XS_CALL_EVENT_CREATE,
+      XS_CALL_EVENT_RECORD, XS_CALL_EVENT_QUERY, XS_CALL_EVENT_SYNC};
+  unsigned k = u8(in), n = u8(in);
+  xs_call_t kind = kinds[k % (sizeof kinds / sizeof kinds[0])];
+  g_fault_code = n & 0x80 ? XSEG_ENOMEM : XSEG_EBACKEND;
+  say("inject: %s call #%u fails with %d%s", xs_call_names[kind], 1 + n % 4, g_fault_code,
+      n & 0x40 ? " (sticky)" : "");
+  xs_host_fail(g_be, kind, 1 + n % 4, g_fault_code, (n & 0x40) != 0);
+  g_fault = 1;
+  unsigned op = u8(in) % 15;
+#ifdef FUZZ_OPS_NO_MALLOC_FAULTS
+  /* To look past the known bugs of faults inside conversions (see
+   * op_malloc): no fault in an expandable-mode malloc. */
+  if (op <= 4 && expandable) {
+    xs_host_fail_clear(g_be);
+    g_fault = 0;
+  }
+#else
+  (void)expandable; /* read only to spare expandable-mode mallocs */
+#endif
+  return op;
+}
+
+/* Flip the mode: re-initialise when nothing is live.  xseg_init may refuse
+ * (XSEG_EBUSY) only while frees are pending; *expandable is the mode in
+ * force after. */
+static void op_flip_mode(int *expandable) {
+  if (g_nlive != 0) return;
+  xs_host_fail_clear(g_be);
+  g_fault = 0;
+  const xs_stats_t *s = &xs_device_peek(0)->stats;
+  int64_t pending = s->pending_frees.current;
+  *expandable = !*expandable;
+  char text[256];
+  snprintf(text, sizeof text, "%s,expandable_segments:%s", g_confs[g_conf], *expandable ? "True" : "False");
+  say("re-init: %s", text);
+  int rc = xseg_init(text);
+  if (rc == XSEG_EBUSY) {
+    CHECK(pending > 0, "init refused with nothing live or pending");
+    *expandable = !*expandable;
+  } else {
+    CHECK(rc == 0, "re-init: %d", rc);
+    g_be = xs_current_backend();
+    CHECK(xseg_reset_peak_stats(0) == 0, "first call after re-init");
+    memset(g_held, 0, sizeof g_held);
+  }
+}
+
+/* Operation op (0..14), its operands read from in. */
+static void run_op(in_t *in, unsigned op, int *expandable) {
+  switch (op) {
+  case 0:
+  case 1:
+  case 2:
+  case 3:
+  case 4: op_malloc(in); break;
+  case 5:
+  case 6:
+  case 7: op_free(in); break;
+  case 8:
+  case 9: op_record(in); break;
+  case 10: op_stream(in); break;
+  case 11: {
+    say("empty_cache%s", g_fault ? " [fault]" : "");
+    int rc = xseg_empty_cache(0);
+    CHECK(rc == 0 || g_fault, "empty_cache: %d", rc);
+    break;
+  }
+  case 12:
+    say("reset_peak_stats");
+    CHECK(xseg_reset_peak_stats(0) == 0, "reset_peak_stats");
+    break;
+  case 13: op_misuse(in); break;
+  default: op_flip_mode(expandable); break;
+  }
+}
+
+/* Shut down while the driver refuses every unmap: the segments still
+ * mapped must be left alone, the others freed, nothing touched twice.
+ * BUG (shutdown use-after-free): expandable.c:exp_destroy_pool skips such a
+ * segment by moving the list head without clearing the next one's prev
+ * link; freeing that next segment leaves the head dangling (ASan:
+ * heap-use-after-free in expandable.c:exp_destroy_pool). */
+static void shutdown_refusing_unmaps(void) {
+  xs_host_fail_clear(g_be);
+  for (int i = 1; i < NSTREAMS; i++) xs_host_stream_release(g_be, g_streams[i]);
+  while (g_nlive) {
+    CHECK(xseg_free((void *)g_live[g_nlive - 1].p) == 0, "free at the end");
+    drop(g_nlive - 1);
+  }
+  say("shutdown with unmaps refused");
+  xs_host_fail(g_be, XS_CALL_UNMAP, 1, XSEG_EBACKEND, 1);
+  xseg_empty_cache(0); /* finishes the pending frees; unmaps nothing */
+  xseg_empty_cache(0);
+  leave_mapped_segments();
+  int rc = xseg_shutdown();
+  CHECK(rc == 0, "shutdown with unmaps refused: %d", rc);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   in_t in = {data, size, 0};
@@ -379,98 +483,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   while (in.i < in.n) {
     unsigned op = u8(&in) % 16;
     g_fault = 0;
-    if (op == 15) { /* a fault for the next operation */
-      static const xs_call_t kinds[] = {
-          XS_CALL_CREATE,   XS_CALL_RELEASE,      XS_CALL_MAP,          XS_CALL_UNMAP,       XS_CALL_SET_ACCESS,
-          XS_CALL_RESERVE,  XS_CALL_UNRESERVE,    XS_CALL_MEM_ALLOC,    XS_CALL_MEM_FREE,    XS_CALL_EVENT_CREATE,
-          XS_CALL_EVENT_RECORD, XS_CALL_EVENT_QUERY, XS_CALL_EVENT_SYNC};
-      unsigned k = u8(&in), n = u8(&in);
-      xs_call_t kind = kinds[k % (sizeof kinds / sizeof kinds[0])];
-      g_fault_code = n & 0x80 ? XSEG_ENOMEM : XSEG_EBACKEND;
-      say("inject: %s call #%u fails with %d%s", xs_call_names[kind], 1 + n % 4, g_fault_code,
-          n & 0x40 ? " (sticky)" : "");
-      xs_host_fail(g_be, kind, 1 + n % 4, g_fault_code, (n & 0x40) != 0);
-      g_fault = 1;
-      op = u8(&in) % 15;
-#ifdef FUZZ_OPS_NO_MALLOC_FAULTS
-      /* To look past the known bugs of faults inside conversions (see
-       * op_malloc): no fault in an expandable-mode malloc. */
-      if (op <= 4 && expandable) {
-        xs_host_fail_clear(g_be);
-        g_fault = 0;
-      }
-#endif
-    }
-    switch (op) {
-    case 0:
-    case 1:
-    case 2:
-    case 3:
-    case 4: op_malloc(&in); break;
-    case 5:
-    case 6:
-    case 7: op_free(&in); break;
-    case 8:
-    case 9: op_record(&in); break;
-    case 10: op_stream(&in); break;
-    case 11: {
-      say("empty_cache%s", g_fault ? " [fault]" : "");
-      int rc = xseg_empty_cache(0);
-      CHECK(rc == 0 || g_fault, "empty_cache: %d", rc);
-      break;
-    }
-    case 12:
-      say("reset_peak_stats");
-      CHECK(xseg_reset_peak_stats(0) == 0, "reset_peak_stats");
-      break;
-    case 13: op_misuse(&in); break;
-    default:
-      /* Flip the mode: re-initialise when nothing is live. */
-      if (g_nlive == 0) {
-        xs_host_fail_clear(g_be);
-        g_fault = 0;
-        const xs_stats_t *s = &xs_device_peek(0)->stats;
-        int64_t pending = s->pending_frees.current;
-        expandable = !expandable;
-        char text[256];
-        snprintf(text, sizeof text, "%s,expandable_segments:%s", g_confs[g_conf], expandable ? "True" : "False");
-        say("re-init: %s", text);
-        int rc = xseg_init(text);
-        if (rc == XSEG_EBUSY) {
-          CHECK(pending > 0, "init refused with nothing live or pending");
-          expandable = !expandable;
-        } else {
-          CHECK(rc == 0, "re-init: %d", rc);
-          g_be = xs_current_backend();
-          CHECK(xseg_reset_peak_stats(0) == 0, "first call after re-init");
-          memset(g_held, 0, sizeof g_held);
-        }
-      }
-      break;
-    }
+    if (op == 15) op = op_fault(&in, expandable); /* a fault for the next operation */
+    run_op(&in, op, &expandable);
     if (g_fault) xs_host_fail_clear(g_be);
     check_all("an operation");
   }
   if (refuse_at_end) {
-    /* Shut down while the driver refuses every unmap: the segments still
-     * mapped must be left alone, the others freed, nothing touched twice.
-     * BUG (shutdown use-after-free): expandable.c:exp_destroy_pool skips such a
-     * segment by moving the list head without clearing the next one's prev
-     * link; freeing that next segment leaves the head dangling (ASan:
-     * heap-use-after-free in expandable.c:exp_destroy_pool). */
-    xs_host_fail_clear(g_be);
-    for (int i = 1; i < NSTREAMS; i++) xs_host_stream_release(g_be, g_streams[i]);
-    while (g_nlive) {
-      CHECK(xseg_free((void *)g_live[g_nlive - 1].p) == 0, "free at the end");
-      drop(g_nlive - 1);
-    }
-    say("shutdown with unmaps refused");
-    xs_host_fail(g_be, XS_CALL_UNMAP, 1, XSEG_EBACKEND, 1);
-    xseg_empty_cache(0); /* finishes the pending frees; unmaps nothing */
-    xseg_empty_cache(0);
-    leave_mapped_segments();
-    int rc = xseg_shutdown();
-    CHECK(rc == 0, "shutdown with unmaps refused: %d", rc);
+    shutdown_refusing_unmaps();
     return 0;
   }
   finish();
