@@ -608,6 +608,43 @@ static const char *const g_counters[] = {XS_STATS_COUNTERS(NAME_OF) XS_VMM_COUNT
 #undef NAME_OF
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The single statistics (4 fields) and the gauges (current, peak). */
+static int check_singles_and_gauges(const jv_t *s) {
+  int bad = 0;
+  char path[160];
+#define KEY_CHECK(cond, ...)        \
+  do {                              \
+    XT_CHECK_MSG(cond, __VA_ARGS__); \
+    bad += !(cond);                 \
+  } while (0)
+  for (size_t i = 0; i < NELEM(g_singles); i++) {
+    const jv_t *o = jget(s, g_singles[i]);
+    KEY_CHECK(o && o->type == J_OBJ && o->n == 4, "stats: %s is not an object of 4 fields", g_singles[i]);
+    long long v[4];
+    for (int f = 0; f < 4; f++) {
+      snprintf(path, sizeof path, "%s.%s", g_singles[i], g_fields[f]);
+      v[f] = jint(s, path);
+      KEY_CHECK(v[f] >= 0, "stats: %s missing or not a non-negative integer", path);
+    }
+    KEY_CHECK(v[0] == v[2] - v[3] && v[1] >= v[0], "stats: %s: current %lld, peak %lld, allocated - freed %lld",
+              g_singles[i], v[0], v[1], v[2] - v[3]);
+  }
+  for (size_t i = 0; i < NELEM(g_gauges); i++) {
+    const jv_t *o = jget(s, g_gauges[i]);
+    KEY_CHECK(o && o->type == J_OBJ && o->n == 2, "stats: %s is not an object of 2 fields", g_gauges[i]);
+    for (int f = 0; f < 2; f++) {
+      snprintf(path, sizeof path, "%s.%s", g_gauges[i], g_fields[f]);
+      KEY_CHECK(jint(s, path) >= 0, "stats: %s missing or not a non-negative integer", path);
+    }
+    snprintf(path, sizeof path, "%s.current", g_gauges[i]);
+    long long cur = jint(s, path);
+    snprintf(path, sizeof path, "%s.peak", g_gauges[i]);
+    KEY_CHECK(jint(s, path) >= cur, "stats: %s.peak below its current value", g_gauges[i]);
+  }
+  return bad;
+#undef KEY_CHECK
+}
+
 /* Every documented key of xseg_stats_json is there, with the right type,
  * and there is nothing else.  Returns the number of problems. */
 static int check_stats_keys(const jv_t *s, int dev, const char *mode) {
@@ -653,30 +690,7 @@ static int check_stats_keys(const jv_t *s, int dev, const char *mode) {
       KEY_CHECK(all == sum, "stats: %s.all.%s %lld, the pools sum to %lld", g_pooled[i], g_fields[f], all, sum);
     }
   }
-  for (size_t i = 0; i < NELEM(g_singles); i++) {
-    const jv_t *o = jget(s, g_singles[i]);
-    KEY_CHECK(o && o->type == J_OBJ && o->n == 4, "stats: %s is not an object of 4 fields", g_singles[i]);
-    long long v[4];
-    for (int f = 0; f < 4; f++) {
-      snprintf(path, sizeof path, "%s.%s", g_singles[i], g_fields[f]);
-      v[f] = jint(s, path);
-      KEY_CHECK(v[f] >= 0, "stats: %s missing or not a non-negative integer", path);
-    }
-    KEY_CHECK(v[0] == v[2] - v[3] && v[1] >= v[0], "stats: %s: current %lld, peak %lld, allocated - freed %lld",
-              g_singles[i], v[0], v[1], v[2] - v[3]);
-  }
-  for (size_t i = 0; i < NELEM(g_gauges); i++) {
-    const jv_t *o = jget(s, g_gauges[i]);
-    KEY_CHECK(o && o->type == J_OBJ && o->n == 2, "stats: %s is not an object of 2 fields", g_gauges[i]);
-    for (int f = 0; f < 2; f++) {
-      snprintf(path, sizeof path, "%s.%s", g_gauges[i], g_fields[f]);
-      KEY_CHECK(jint(s, path) >= 0, "stats: %s missing or not a non-negative integer", path);
-    }
-    snprintf(path, sizeof path, "%s.current", g_gauges[i]);
-    long long cur = jint(s, path);
-    snprintf(path, sizeof path, "%s.peak", g_gauges[i]);
-    KEY_CHECK(jint(s, path) >= cur, "stats: %s.peak below its current value", g_gauges[i]);
-  }
+  bad += check_singles_and_gauges(s);
   for (size_t i = 0; i < NELEM(g_counters); i++)
     KEY_CHECK(jint(s, g_counters[i]) >= 0, "stats: %s missing or not a non-negative integer", g_counters[i]);
   for (size_t i = 0; i < NELEM(g_header_keys); i++)
