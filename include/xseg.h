@@ -118,6 +118,17 @@ XSEG_API int xseg_last_error_code(void);
  * is still allocated. */
 XSEG_API int xseg_init(const char *conf);
 
+/* Check a configuration string (NULL: XSEG_ALLOC_CONF) without starting
+ * anything, and write its effective `key:value` lines, snprintf-like.
+ * Returns 0 with XSEG_ECONFIG's message if it is invalid. */
+XSEG_API size_t xseg_config_check(const char *conf, char *buf, size_t len);
+
+/* Use `conf` (NULL: XSEG_ALLOC_CONF) when the library starts, on first use,
+ * without starting it now: nothing touches a driver until memory is asked
+ * for.  If the library has started already, as xseg_init(conf).
+ * XSEG_ECONFIG (nothing changed) if the string is invalid. */
+XSEG_API int xseg_configure(const char *conf);
+
 /* Release everything back to the driver and return to the uninitialised
  * state; the next call initialises again.  XSEG_EBUSY if memory is still
  * allocated (nothing is released then). */

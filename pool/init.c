@@ -32,6 +32,7 @@ static xs_backend_t *g_be;
 static int g_ndev;
 static xs_device_t *g_devs;
 static int g_atexit;
+static char *g_pending;         /* xseg_configure's text for the first use, instead of XSEG_ALLOC_CONF */
 
 /* ---- initialisation ------------------------------------------------------------------------ */
 
@@ -150,8 +151,45 @@ int xs_ensure_init(void) {
   if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == ST_READY) return 0;
   pthread_mutex_lock(&g_lock);
   int rc = 0;
-  if (g_state == ST_UNINIT) rc = init_locked(NULL, XS_SRC_ENV);
+  if (g_state == ST_UNINIT) rc = g_pending ? init_locked(g_pending, XS_SRC_API) : init_locked(NULL, XS_SRC_ENV);
   else if (g_state == ST_FAILED) rc = xs_error(g_err_code, "%s", g_err);
+  pthread_mutex_unlock(&g_lock);
+  return rc;
+}
+
+/* Parse without starting anything: 0, or XSEG_ECONFIG with the message. */
+static int check_text(const char *conf, const char *origin, xs_config_t *cfg) {
+  xs_config_defaults(cfg);
+  const char *text = conf ? conf : getenv("XSEG_ALLOC_CONF");
+  char err[768];
+  if (xs_config_parse(cfg, text, conf ? XS_SRC_API : XS_SRC_ENV, origin, err, sizeof err) != 0)
+    return xs_error(XSEG_ECONFIG, "xseg: %s", err);
+  return 0;
+}
+
+size_t xseg_config_check(const char *conf, char *buf, size_t len) {
+  xs_config_t cfg;
+  if (check_text(conf, conf ? "xseg_config_check" : "XSEG_ALLOC_CONF", &cfg) != 0) return 0;
+  xs_error_clear();
+  return xs_config_describe(&cfg, buf, len);
+}
+
+int xseg_configure(const char *conf) {
+  xs_config_t cfg;
+  int rc = check_text(conf, "xseg_configure", &cfg);
+  if (rc != 0) return rc;
+  pthread_mutex_lock(&g_lock);
+  if (g_state == ST_READY) {
+    pthread_mutex_unlock(&g_lock);
+    return xseg_init(conf); /* already started: start again with it */
+  }
+  char *copy = conf ? strdup(conf) : NULL;
+  if (conf && !copy) rc = xs_error(XSEG_ENOMEM, "xseg: out of host memory");
+  if (rc == 0) {
+    free(g_pending);
+    g_pending = copy;
+    g_state = ST_UNINIT; /* a failed start is forgotten: the next use tries this one */
+  }
   pthread_mutex_unlock(&g_lock);
   return rc;
 }
@@ -221,6 +259,8 @@ static void shutdown_locked(void) {
 
 int xseg_init(const char *conf) {
   pthread_mutex_lock(&g_lock);
+  free(g_pending); /* an explicit start replaces what xseg_configure left for later */
+  g_pending = NULL;
   int rc = g_state == ST_READY ? busy() : 0;
   if (rc == 0) {
     shutdown_locked();

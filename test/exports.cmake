@@ -7,7 +7,8 @@ set(contract xseg_malloc xseg_free xseg_record_stream xseg_empty_cache xseg_rese
     xseg_set_memory_fraction
     xseg_device_stats xseg_reset_accumulated_stats xseg_mem_info xseg_cache_info xseg_base_allocation xseg_walk
     xseg_pool_create xseg_pool_release xseg_malloc_in_pool xseg_pool_live xseg_malloc_at xseg_device_active
-    xseg_capture_begin xseg_capture_end xseg_ipc_export xseg_ipc_open xseg_ipc_close)
+    xseg_capture_begin xseg_capture_end xseg_ipc_export xseg_ipc_open xseg_ipc_close xseg_config_check
+    xseg_configure)
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${LIB}")

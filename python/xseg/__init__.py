@@ -30,6 +30,8 @@ __all__ = [
     "snapshot",
     "check_heap",
     "config",
+    "check_config",
+    "configure",
     "device_count",
     "enable_peer_access",
     "record_stream",
@@ -142,6 +144,27 @@ def init(conf=None):
     if isinstance(conf, str):
         conf = conf.encode("utf-8")
     _check(_fn("xseg_init")(conf))
+
+
+def _conf_bytes(conf):
+    if conf is not None and not isinstance(conf, (str, bytes)):
+        raise TypeError("conf must be a str or None")
+    return conf.encode("utf-8") if isinstance(conf, str) else conf
+
+
+def check_config(conf=None):
+    """Check a configuration string (None: XSEG_ALLOC_CONF) without starting
+    anything; return its effective ``key:value`` lines, or raise XsegError
+    naming the bad key and the accepted form."""
+    return _read_json_text(_fn("xseg_config_check"), _conf_bytes(conf))
+
+
+def configure(conf=None):
+    """Use ``conf`` (None: XSEG_ALLOC_CONF) when the library starts on first
+    use, without starting it now (no driver is touched until memory is asked
+    for); as init(conf) if it has started already.  Raises XsegError for an
+    invalid string, which then changes nothing."""
+    _check(_fn("xseg_configure")(_conf_bytes(conf)))
 
 
 def shutdown():

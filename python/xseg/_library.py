@@ -48,6 +48,9 @@ _SIGNATURES = {
     "xseg_device_count": (ctypes.c_int, [], False),
     "xseg_enable_peer_access": (ctypes.c_int, [ctypes.c_int, ctypes.c_int], False),
     "xseg_version": (ctypes.c_char_p, [], False),
+    "xseg_config_check": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t], False),
+    "xseg_configure": (ctypes.c_int, [ctypes.c_char_p], False),
+    "xseg_reset_accumulated_stats": (ctypes.c_int, [ctypes.c_int], False),
 }
 
 

@@ -95,10 +95,10 @@ def enable(conf=None):
     Call it before anything touches CUDA (the first CUDA tensor,
     torch.cuda.init(), current_device(), mem_get_info(), ...).
 
-    ``conf``: an XSEG_ALLOC_CONF string, applied with xseg.init(conf) in
-    place of the environment variable.  With None the library reads
-    XSEG_ALLOC_CONF.  Either way it is checked here, so a mistake raises
-    now, naming the key.
+    ``conf``: an XSEG_ALLOC_CONF string, used in place of the environment
+    variable (xseg.configure).  With None the library reads XSEG_ALLOC_CONF.
+    Either way it is checked here, so a mistake raises now, naming the key;
+    the driver is first touched by the first CUDA allocation.
 
     Calling enable() again after it succeeded does nothing (a different
     ``conf`` is then an error: the allocator is in use).
@@ -113,9 +113,12 @@ def enable(conf=None):
                 )
             return
         _refuse_conflicts(torch)
+        # Checked now, so a mistake stops here naming the key; started on
+        # the first allocation, so a machine without a GPU can still import
+        # torch and run on the CPU.
+        described = _xseg.check_config(conf)
         if conf is not None:
-            _xseg.init(conf)
-        described = _xseg.config()  # initialises from XSEG_ALLOC_CONF; raises naming a bad key
+            _xseg.configure(conf)
         if "backend:host" in described.replace(" ", ""):
             raise XsegError(
                 None,

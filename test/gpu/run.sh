@@ -2,14 +2,21 @@
 # test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
 # in one call.  Results and logs go to $OUT (default ./gpu-out).
 #
-#   test/gpu/run.sh [tests] [bench] [frag] [torch] [replay] [record] [quick]
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [replay] [record] [quick]
 #
 #   tests  the ctest suite: GPU tests (label gpu) and the host tests
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
 #   frag   min-budget overhead on every shipped trace: xseg, xseg binned,
 #          cuMemAlloc (cudaMalloc) and cuMemAllocAsync (cudaMallocAsync)
-#   torch  out of memory under xseg in PyTorch (torch_oom.py), then PyTorch
-#          training and inference under native, expandable and xseg
+#   torch  the package with its PyTorch binding (pip install --no-build-isolation
+#          ./python), then: every torch.cuda memory API under PyTorch's allocator
+#          and under xseg (torch_api.py, keys compared); an unchanged Hugging Face
+#          fine-tune and an OOM back-off script with and without XSEG_ALLOC_CONF
+#          (losses compared bit for bit); torch.empty latency, alternating
+#   train  PyTorch training and inference under native, expandable and xseg
+#          (torch_compare.py)
+#   ab     the cached-pair latency of this tree against BASE_TAR (a source
+#          archive of an earlier commit, carried), built alike, run alternately
 #   replay min-budget overhead of every shipped trace replayed through PyTorch
 #          (torch_replay.py): native, expandable segments, xseg as pluggable
 #          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces)
@@ -68,24 +75,91 @@ if want frag; then
     tee "$OUT/frag-gpu.txt" || rc=1
 fi
 
+# The package, built here against this machine's torch (no network: the
+# build backend comes from the image, hence --no-build-isolation).
+install_python() {
+  [[ -n "${PY_INSTALLED:-}" ]] && return 0
+  log "pip install ./python"
+  python3 -m pip install --no-build-isolation --no-deps --no-index -q ./python >"$OUT/pip.log" 2>&1 ||
+    { tail -30 "$OUT/pip.log"; return 1; }
+  python3 -c 'import xseg, xseg._torch as t; print("xseg", xseg.version(), "binding for torch", t.TORCH_VERSION)' || return 1
+  PY_INSTALLED=1
+}
+xseg_env() { env -u PYTHONPATH XSEG_ALLOC_CONF="${XSEG_CONF:-}" "$@"; }
+native_env() { env -u PYTHONPATH -u XSEG_ALLOC_CONF "$@"; }
+
 if want torch; then
-  log "PyTorch"
-  export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+  install_python || rc=1
+  export PYTHONUNBUFFERED=1
+  log "torch.cuda memory APIs: PyTorch's allocator, then xseg"
+  native_env python3 test/gpu/torch_api.py --json "$OUT/api-native.json" 2>&1 | tee "$OUT/api-native.txt" | grep -v "^ok" || true
+  xseg_env python3 test/gpu/torch_api.py --json "$OUT/api-xseg.json" 2>&1 | tee "$OUT/api-xseg.txt" | grep -v "^ok" || true
+  grep -q "^0 failures" "$OUT/api-xseg.txt" || rc=1
+  python3 - "$OUT/api-native.json" "$OUT/api-xseg.json" <<'PY' || rc=1
+import json, sys
+n, x = (json.load(open(p)) for p in sys.argv[1:3])
+missing, extra = sorted(set(n["keys"]) - set(x["keys"])), sorted(set(x["keys"]) - set(n["keys"]))
+print("memory_stats() keys: native %d, xseg %d; missing %s; extra %s" % (len(n["keys"]), len(x["keys"]), missing, extra))
+print("allocated over rounded: native %d, xseg %d" % (n.get("allocated_over_rounded", -1), x.get("allocated_over_rounded", -1)))
+print("xseg's OOM message:", x.get("oom_message", "")[:300])
+sys.exit(1 if missing or extra else 0)
+PY
+  log "unchanged scripts, with and without XSEG_ALLOC_CONF"
+  for script in "hf_finetune.py --steps ${FT_STEPS:-300}" "oom_backoff.py"; do
+    name=${script%%.py*}
+    native_env python3 test/gpu/$script >"$OUT/$name-native.json" 2>"/tmp/$name-native.err" || { rc=1; tail -5 "/tmp/$name-native.err"; }
+    xseg_env python3 test/gpu/$script >"$OUT/$name-xseg.json" 2>"/tmp/$name-xseg.err" || { rc=1; tail -5 "/tmp/$name-xseg.err"; }
+    python3 - "$name" "$OUT/$name-native.json" "$OUT/$name-xseg.json" <<'PY' || rc=1
+import json, sys
+name = sys.argv[1]
+n, x = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[2:4])
+same = n["losses"] == x["losses"]
+show = {k: v for k, v in x.items() if k != "losses"}
+print("%s: xseg %s | native %s | losses equal bit for bit: %s (%d)" % (
+    name, show, {k: v for k, v in n.items() if k != "losses"}, same, len(x["losses"])))
+sys.exit(0 if same or name == "oom_backoff" and n["batch"] != x["batch"] else 1)
+PY
+  done
+  grep -c "GPU reserved memory" /tmp/hf_finetune-xseg.err | sed 's/^/memory_summary tables logged under xseg: /'
+  log "torch.empty + drop, ns per pair (alternating, fresh processes)"
+  for round in 1 2 3; do
+    native_env python3 test/gpu/torch_latency.py | tee -a "$OUT/latency.jsonl"
+    xseg_env python3 test/gpu/torch_latency.py | tee -a "$OUT/latency.jsonl"
+  done
+fi
+
+if want train; then
+  install_python || rc=1
+  log "PyTorch training and inference"
+  export PYTHONUNBUFFERED=1
   mkdir -p "$OUT/torch"
-  python3 test/gpu/torch_oom.py 2>&1 | grep -v "^xseg: out of memory" | tee "$OUT/torch-oom.txt"
-  grep -q "^0 failures" "$OUT/torch-oom.txt" || rc=1
-  python3 test/gpu/torch_compare.py --out "$OUT/torch" "${TORCH_ARGS[@]}" 2>&1 | tee "$OUT/torch.txt" || rc=1
-  grep -h "xseg per steady step" "$OUT"/torch/*.stderr 2>/dev/null
+  env -u PYTHONPATH python3 test/gpu/torch_compare.py --out "$OUT/torch" "${TORCH_ARGS[@]}" 2>&1 | tee "$OUT/torch.txt" || rc=1
   tar -C "$OUT" -czf "$OUT/torch.tgz" torch && rm -rf "$OUT/torch"  # the tool returns at most 8 files
+fi
+
+if want ab; then
+  log "cached-pair latency: this tree against ${BASE_TAR:-(no BASE_TAR)}"
+  rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
+    cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
+    cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
+  for round in 1 2 3; do
+    for which in base new; do
+      bin=./build-gpu/benchmarks/xseg-bench
+      [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
+      printf '%s %s: ' "$which" "$round"
+      $bin --backend cuda latency 2>&1 | grep -E "^ +[0-9]+ " | awk '{printf "%s=%s ", $1, $2} END {print ""}'
+    done
+  done | tee "$OUT/ab.txt"
 fi
 
 if want replay; then
   log "trace replay through PyTorch"
-  export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+  install_python || rc=1
+  export PYTHONUNBUFFERED=1
   mapfile -t traces < <(trace_paths)
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   for alloc in ${REPLAY_ALLOCATORS:-xseg expandable native}; do
-    timeout "${REPLAY_TIMEOUT:-300}" python3 test/gpu/torch_replay.py --allocator "$alloc" \
+    timeout "${REPLAY_TIMEOUT:-300}" env -u PYTHONPATH python3 test/gpu/torch_replay.py --allocator "$alloc" \
       --json "$OUT/replay-$alloc.json" "${traces[@]}" 2>"/tmp/replay-$alloc.err" | tee "$OUT/replay-$alloc.txt" || {
       rc=1; echo "replay $alloc failed:"; grep -v "^xseg: out of memory" "/tmp/replay-$alloc.err" | tail -20; }
   done
@@ -93,13 +167,14 @@ fi
 
 if want record; then
   log "record PyTorch traces"
-  export XSEG_LIBRARY=$PWD/build-gpu/libxseg.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+  install_python || rc=1
+  export PYTHONUNBUFFERED=1
   for spec in ${RECORD:-torch_gpt2_train:train:40 torch_gpt2_infer:infer:8}; do
     IFS=: read -r name mode steps layers width heads vocab <<<"$spec"
     margs=(--mode "$mode" --steps "$steps")
     [[ -n "${layers:-}" ]] && margs+=(--layers "$layers" --width "$width" --heads "$heads" --vocab "$vocab")
     rm -f "/tmp/$name.trace"
-    python3 test/gpu/torch_train.py --allocator xseg --xseg-conf "trace_file:/tmp/$name.trace" "${margs[@]}" \
+    env -u PYTHONPATH python3 test/gpu/torch_train.py --allocator xseg --xseg-conf "trace_file:/tmp/$name.trace" "${margs[@]}" \
       >"/tmp/$name.json" 2>"/tmp/$name.err" || { tail -20 "/tmp/$name.err"; rc=1; continue; }
     printf '%s: %s events, ' "$name" "$(grep -vc '^#' "/tmp/$name.trace")"
     python3 -c 'import json,sys

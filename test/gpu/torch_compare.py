@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """torch_compare.py: run torch_train.py under each allocator and compare.
 
-    XSEG_LIBRARY=<build>/libxseg.so PYTHONPATH=<repo>/python \\
-        python3 -u test/gpu/torch_compare.py [--out DIR] [--steps N]
+    python3 -u test/gpu/torch_compare.py [--out DIR] [--steps N]    # xseg installed: pip install ./python
 
 For each mode (train, infer) and each allocator (native, expandable, xseg)
 torch_train.py runs in a fresh process.  Checks:
@@ -66,14 +65,9 @@ def parse_args():
 
 
 def child_env():
+    # The installed xseg package (pip install ./python), as a user has it.
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    pkg = os.path.join(REPO, "python")
-    if os.path.isdir(os.path.join(pkg, "xseg")):
-        parts = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
-        if pkg not in parts:
-            parts.append(pkg)  # after the caller's own entries
-        env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
 
 
@@ -180,13 +174,6 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     say("torch_compare: python %s, output in %s" % (sys.executable, os.path.abspath(args.out)))
     if "xseg" in args.allocators:
-        lib = os.environ.get("XSEG_LIBRARY")
-        if not lib:
-            say("note: XSEG_LIBRARY is not set; the xseg package searches next to itself and the system path")
-        elif not os.path.exists(lib):
-            say("warning: XSEG_LIBRARY=%s does not exist" % lib)
-        else:
-            say("XSEG_LIBRARY=%s" % lib)
         say("XSEG_ALLOC_CONF=%s" % (args.xseg_conf if args.xseg_conf is not None
                                     else os.environ.get("XSEG_ALLOC_CONF", "(unset: defaults)")))
 

@@ -19,9 +19,9 @@ following a fixed seeded schedule, which gives the allocator a mix of sizes.
 Allocators:
   native      PyTorch's default caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
   expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  xseg        xseg.torch.enable() before any CUDA tensor; the library comes from
-              XSEG_LIBRARY and the python package from PYTHONPATH=<repo>/python;
-              --xseg-conf (or XSEG_ALLOC_CONF) configures it.
+  xseg        XSEG_ALLOC_CONF set before torch is imported, which installs xseg
+              (the installed package's autoload); --xseg-conf (or the
+              environment's XSEG_ALLOC_CONF) is its value.
 
 Memory is measured from outside the allocator: a background thread polls
 NVML's used memory (pynvml.nvmlDeviceGetMemoryInfo(handle).used) and
@@ -63,6 +63,12 @@ if _ALLOCATOR == "expandable":
     # read only PYTORCH_CUDA_ALLOC_CONF.  The same value in both is unambiguous.
     for _name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         os.environ[_name] = "expandable_segments:True"
+# xseg is selected as a user selects it: XSEG_ALLOC_CONF alone, read when
+# torch is imported (the installed package's autoload).
+if _ALLOCATOR == "xseg":
+    os.environ["XSEG_ALLOC_CONF"] = _argv_value("--xseg-conf", os.environ.get("XSEG_ALLOC_CONF", ""))
+else:
+    os.environ.pop("XSEG_ALLOC_CONF", None)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -106,7 +112,7 @@ def parse_args():
     p.add_argument("--attn", default="eager",
                    help="transformers attention implementation (eager is deterministic in backward)")
     p.add_argument("--xseg-conf", default=None,
-                   help="XSEG_ALLOC_CONF string for xseg.torch.enable() (default: the environment)")
+                   help="XSEG_ALLOC_CONF for the xseg run (default: the environment's)")
     p.add_argument("--poll-ms", type=float, default=1.0, help="memory polling interval")
     p.add_argument("--layers", type=int, default=6, help="transformer layers (default 6)")
     p.add_argument("--width", type=int, default=512, help="hidden size (default 512)")
@@ -422,13 +428,11 @@ def main():
     errors = []
     wall0 = time.perf_counter()
 
+    backend = torch.cuda.get_allocator_backend()
+    if backend != ("xseg" if args.allocator == "xseg" else "native"):
+        raise SystemExit("torch_train.py: asked for %s, torch runs %s" % (args.allocator, backend))
     if args.allocator == "xseg":
-        # Before anything creates a CUDA tensor or initialises CUDA.
-        import xseg.torch
-
-        xseg.torch.enable(args.xseg_conf)
-        result["xseg_hooks"] = xseg.torch.hooks()
-        result["xseg_conf"] = args.xseg_conf if args.xseg_conf is not None else os.environ.get("XSEG_ALLOC_CONF", "")
+        result["xseg_conf"] = os.environ.get("XSEG_ALLOC_CONF", "")
 
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
