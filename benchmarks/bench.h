@@ -31,14 +31,15 @@ typedef struct trace_s {
 int trace_load(const char *path, trace_t *t);
 void trace_free(trace_t *t);
 
-/* ---- replay and budgets (frag.c) ------------------------------------------------- */
-
+/* What a replay reports, whichever allocator ran it (frag.c, cuda_alt.c). */
 typedef struct replay_s {
   int ok;             /* 1: every allocation succeeded */
   size_t failed_at;   /* event index of the first failure */
   double seconds;     /* wall time of the replay */
-  uint64_t held_peak; /* xseg's held_bytes.peak */
+  uint64_t held_peak; /* xseg's held_bytes.peak (xseg replays only) */
 } replay_t;
+
+/* ---- xseg replay and budgets (frag.c) -------------------------------------------------- */
 
 /* --lag K (host backend): stream work completes only every K events. */
 extern int bench_lag;
@@ -46,19 +47,13 @@ extern int bench_lag;
 /* Replay through xseg under configuration `conf` (xseg_init). */
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running);
 
-/* The allocators the fragmentation benchmark compares. */
-typedef enum alloc_kind_e { AK_XSEG_EXP, AK_XSEG_BIN, AK_CUDAMALLOC, AK_MALLOCASYNC, AK__COUNT } alloc_kind_t;
-extern const char *const ak_names[AK__COUNT];
+/* Does the trace replay in a budget of budget_mb MiB?  The caller decides
+ * what "the budget" means and which allocator runs. */
+typedef int (*budget_fits_fn)(void *ctx, size_t budget_mb);
 
-/* Does the trace replay within budget_mb?  Host backend: the budget is
- * host_capacity_mb.  GPU: every allocator runs with all but budget_mb of
- * the device's free memory held by a filler allocation. */
-int replay_fits(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t budget_mb);
-
-/* Smallest budget (a multiple of step_mb) in which the trace replays, by
+/* Smallest budget (a multiple of step_mb) for which fits() holds, by
  * bisection between the peak and 16 x the peak; 0 if none fits. */
-size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t step_mb,
-                     int *replays);
+size_t min_budget_mb(uint64_t peak_live, size_t step_mb, budget_fits_fn fits, void *ctx, int *replays);
 
 /* ---- the GPU's own allocators (cuda_alt.c) ------------------------------------------ */
 
@@ -97,6 +92,8 @@ int bench_growth(const char *conf, size_t size, size_t total, growth_t *out);
 int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops);
 double pct(double *v, size_t n, double q);
 
-double now_s(void);
+/* ---- the clock (clock.c) ---------------------------------------------------------------- */
+
+double now_s(void); /* CLOCK_MONOTONIC, seconds */
 
 #endif

@@ -7,6 +7,10 @@
  * latency, scale, growth, threads, frag [TRACE...], replay TRACE, or
  * timeline TRACE (memory over time, for the plots).  Every section prints a table to stdout and,
  * with --json, a record per row into one JSON object keyed by section.
+ *
+ * This file is also the replay driver: it picks the allocator that answers
+ * each budget trial of the bisection (frag.c for xseg, cuda_alt.c for the
+ * GPU's own allocators), so those two layers never call each other.
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -177,6 +181,46 @@ static int cmd_threads(const opts_t *o) {
   return 0;
 }
 
+/* ---- fragmentation: which allocator answers each budget trial --------------------------- */
+
+/* The allocators the fragmentation benchmark compares. */
+typedef enum alloc_kind_e { AK_XSEG_EXP, AK_XSEG_BIN, AK_CUDAMALLOC, AK_MALLOCASYNC, AK__COUNT } alloc_kind_t;
+static const char *const ak_names[AK__COUNT] = {"xseg", "xseg-binned", "cudaMalloc", "cudaMallocAsync"};
+
+typedef struct trial_s {
+  const trace_t *t;
+  alloc_kind_t k;
+  int gpu;
+  const char *extra;
+} trial_t;
+
+/* Does the trace replay within budget_mb?  Host backend: the budget is
+ * host_capacity_mb (xseg only).  GPU: every allocator runs with all but
+ * budget_mb of the device's free memory held by a filler allocation, so
+ * all are measured alike. */
+static int replay_fits(void *ctx, size_t mb) {
+  const trial_t *tr = ctx;
+  char c[1024];
+  const char *mode = tr->k == AK_XSEG_BIN ? "expandable_segments:False" : "expandable_segments:True";
+  const char *extra = tr->extra, *sep = extra && *extra ? "," : "";
+  if (!tr->gpu) {
+    if (tr->k != AK_XSEG_EXP && tr->k != AK_XSEG_BIN) return 0;
+    snprintf(c, sizeof c, "backend:host,host_capacity_mb:%zu,%s%s%s", mb, mode, sep, extra ? extra : "");
+    return replay_xseg(tr->t, c, 0).ok;
+  }
+  uint64_t filler;
+  if (gpu_fill(mb << 20, &filler) != 0) return 0;
+  int ok;
+  if (tr->k == AK_CUDAMALLOC || tr->k == AK_MALLOCASYNC) {
+    ok = replay_cuda(tr->t, tr->k == AK_CUDAMALLOC ? 0 : 1).ok;
+  } else {
+    snprintf(c, sizeof c, "backend:cuda,%s%s%s", mode, sep, extra ? extra : "");
+    ok = replay_xseg(tr->t, c, 0).ok;
+  }
+  gpu_unfill(filler);
+  return ok;
+}
+
 static int list_traces(const char *dir, char ***out) {
   DIR *d = opendir(dir);
   if (!d) return 0;
@@ -232,7 +276,8 @@ static int cmd_frag(const opts_t *o, int argc, char **argv) {
         continue;
       }
       int replays = 0;
-      size_t mb = min_budget_mb(&t, (alloc_kind_t)k, o->gpu, o->extra, 2, &replays);
+      trial_t tr = {&t, (alloc_kind_t)k, o->gpu, o->extra};
+      size_t mb = min_budget_mb(t.peak_live, 2, replay_fits, &tr, &replays);
       ov[k] = mb ? (double)mb * (1 << 20) / (double)t.peak_live : 0;
       printf(" %16.4f", ov[k]);
       fflush(stdout);
