@@ -27,6 +27,10 @@ typedef struct trace_s {
   int nstreams;        /* highest stream number + 1 */
 } trace_t;
 
+/* The file a command-line argument names: the path as given, or for a bare
+ * name the trace of that name in dir (NAME.trace).  0 with the path in out,
+ * or -1 with a message on stderr naming arg and the OS's reason. */
+int trace_find(const char *arg, const char *dir, char *out, size_t len);
 /* Load a trace; 0 or -1 with a message on stderr. */
 int trace_load(const char *path, trace_t *t);
 void trace_free(trace_t *t);
@@ -91,6 +95,46 @@ int bench_growth(const char *conf, size_t size, size_t total, growth_t *out);
  * values on the host backend). */
 int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops);
 double pct(double *v, size_t n, double q);
+
+/* ---- configuration of the xseg runs (conf.c) ------------------------------------------- */
+
+/* Layers, lowest first: a layer's value replaces those of the layers below. */
+enum { CONF_BENCH, CONF_DEFAULT, CONF_ENV, CONF_OPTION, CONF_BACKEND, CONF_SECTION, CONF__COUNT };
+
+#define CONF_KEY_MAX 64
+#define CONF_MAX_PAIRS 64
+
+typedef struct conf_pair_s {
+  char key[CONF_KEY_MAX];
+  char *val; /* owned */
+  int src;   /* CONF_* */
+} conf_pair_t;
+
+typedef struct conf_s {
+  int n;
+  conf_pair_t kv[CONF_MAX_PAIRS]; /* in the order first set */
+} conf_t;
+
+/* Check a user's text with the library's parser; 0, or -1 with the
+ * library's message ("xseg: ORIGIN: ...") printed to stderr. */
+int conf_check(const char *text, const char *origin);
+/* Merge a checked text (NULL: nothing) into c at layer src; 0 or -1. */
+int conf_add(conf_t *c, const char *text, int src);
+int conf_set(conf_t *c, const char *key, size_t klen, const char *val, size_t vlen, int src);
+const char *conf_get(const conf_t *c, const char *key, int *src); /* NULL if unset */
+int conf_copy(conf_t *dst, const conf_t *src);
+void conf_free(conf_t *c);
+const char *conf_source_name(int src);
+/* "key:value,..." for xseg_init, and "key:value (source), ..." for people;
+ * both snprintf-like. */
+size_t conf_text(const conf_t *c, char *buf, size_t len);
+size_t conf_describe(const conf_t *c, char *buf, size_t len);
+/* The configuration of one run: base, then a section's defaults under the
+ * user's layers, then the keys it measures over everything; *out is
+ * malloc'd.  0 or -1. */
+int conf_run_text(const conf_t *base, const char *defaults, const char *forced, char **out);
+/* xseg_init, saying a failure once (the library says most itself). */
+int bench_init(const char *conf);
 
 /* ---- the clock (clock.c) ---------------------------------------------------------------- */
 

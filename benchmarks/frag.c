@@ -41,10 +41,7 @@ static long long stat_of(const char *json, const char *key) {
 
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
   replay_t r = {0};
-  if (xseg_init(conf) != 0) {
-    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
-    return r;
-  }
+  if (bench_init(conf) != 0) return r;
   void **ptr = calloc(t->nslots, sizeof *ptr);
   r.ok = 1;
   int lag = bench_lag > 0 && strstr(conf, "backend:host") != NULL;

@@ -1,8 +1,9 @@
 /* test_bench.c: xseg-bench's layers, each linked alone.
  *
- * Built twice (test/CMakeLists.txt).  test_bench links frag.c, trace.c and
- * clock.c and none of cuda_alt.c or main.c, so a call from the replay
- * layer into the GPU's allocators fails to link; it tests the bisection.
+ * Built twice (test/CMakeLists.txt).  test_bench links frag.c, conf.c,
+ * trace.c and clock.c and none of cuda_alt.c or main.c, so a call from the
+ * replay layer into the GPU's allocators fails to link; it tests the
+ * bisection, the configuration merge and the trace lookup.
  * test_bench_cuda_alt (BENCH_CUDA_ALT) links cuda_alt.c and clock.c alone,
  * so a call back into frag.c fails to link the same way.
  */
@@ -78,9 +79,107 @@ XT_TEST(bisection_gives_up) {
   XT_CHECK_MSG(replays < 40, "%d replays", replays);
 }
 
+/* ---- the configuration merge --------------------------------------------------------------- */
+
+static char *text_of(const conf_t *c) {
+  static char buf[1024];
+  conf_text(c, buf, sizeof buf);
+  return buf;
+}
+
+XT_TEST(conf_merges_by_key_and_layer) {
+  conf_t c = {0};
+  XT_CHECK_EQ(conf_add(&c, "backend:host,host_capacity_mb:16384", CONF_BENCH), 0);
+  XT_CHECK_EQ(conf_add(&c, "verbose:1, roundup_power2_divisions : [256:1, 512:2,>:8] ,host_capacity_mb:8192,",
+                       CONF_ENV),
+              0);
+  XT_CHECK_EQ(conf_add(&c, "host_capacity_mb:4096", CONF_OPTION), 0);
+  /* A lower layer added later changes nothing the user set. */
+  XT_CHECK_EQ(conf_add(&c, "host_capacity_mb:1,verbose:0,max_split_size_mb:64", CONF_BENCH), 0);
+  XT_CHECK(!strcmp(text_of(&c), "backend:host,host_capacity_mb:4096,verbose:1,"
+                                "roundup_power2_divisions:[256:1,512:2,>:8],max_split_size_mb:64"));
+  int src = -1;
+  XT_CHECK(!strcmp(conf_get(&c, "roundup_power2_divisions", &src), "[256:1,512:2,>:8]"));
+  XT_CHECK_EQ(src, CONF_ENV);
+  XT_CHECK(!strcmp(conf_get(&c, "host_capacity_mb", &src), "4096"));
+  XT_CHECK_EQ(src, CONF_OPTION);
+  XT_CHECK(conf_get(&c, "trace_file", NULL) == NULL);
+
+  char d[1024];
+  conf_describe(&c, d, sizeof d);
+  XT_CHECK_MSG(!strcmp(d, "backend:host (xseg-bench), max_split_size_mb:64 (xseg-bench), verbose:1 (XSEG_ALLOC_CONF), "
+                          "roundup_power2_divisions:[256:1,512:2,>:8] (XSEG_ALLOC_CONF), host_capacity_mb:4096 (--conf)"),
+               "%s", d);
+
+  /* A run: a section's default sits under the user's keys, what it
+   * measures over them. */
+  char *run;
+  XT_CHECK_EQ(conf_run_text(&c, "host_capacity_mb:65536,page_size_mb:4", "expandable_segments:False,verbose:0", &run), 0);
+  XT_CHECK_MSG(!strcmp(run, "backend:host,host_capacity_mb:4096,verbose:0,roundup_power2_divisions:[256:1,512:2,>:8],"
+                            "max_split_size_mb:64,page_size_mb:4,expandable_segments:False"),
+               "%s", run);
+  /* The library takes the merged text as it is. */
+  XT_CHECK_EQ(xseg_init(run), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+  free(run);
+  conf_free(&c);
+}
+
+XT_TEST(conf_check_uses_the_library_parser) {
+  XT_CHECK_EQ(conf_check("verbose:1,roundup_power2_divisions:[1:2,>:4]", "test"), 0);
+  XT_CHECK_EQ(conf_check("", "test"), 0);
+  XT_CHECK(conf_check("foo:bar", "test") != 0);
+  XT_CHECK(conf_check("roundup_power2_divisions:[1:2", "test") != 0);
+  XT_CHECK(conf_check("host_capacity_mb:0", "test") != 0);
+}
+
+/* ---- traces ---------------------------------------------------------------------------------- */
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+XT_TEST(traces_by_name_and_path) {
+  char dir[] = "/tmp/xseg-test-bench-XXXXXX";
+  XT_REQUIRE(mkdtemp(dir) != NULL);
+  char file[128], path[4096], sub[160];
+  snprintf(file, sizeof file, "%s/tiny.trace", dir);
+  write_file(file, "# a trace\na 1 3145728\na 2 1048576 1\nf 1\na 3 2097152\nf 2 1\nf 3\n");
+
+  XT_CHECK_EQ(trace_find("tiny", dir, path, sizeof path), 0); /* the name a table prints */
+  XT_CHECK(!strcmp(path, file));
+  XT_CHECK_EQ(trace_find("tiny.trace", dir, path, sizeof path), 0);
+  XT_CHECK(!strcmp(path, file));
+  XT_CHECK_EQ(trace_find(file, "/nonexistent", path, sizeof path), 0); /* a path */
+  XT_CHECK(!strcmp(path, file));
+  XT_CHECK(trace_find("nosuch", dir, path, sizeof path) != 0);
+  XT_CHECK(trace_find("/nonexistent/tiny", dir, path, sizeof path) != 0); /* a path is not looked up */
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  XT_CHECK_EQ(mkdir(sub, 0700), 0);
+  XT_CHECK(trace_find(sub, dir, path, sizeof path) != 0); /* a directory is not a trace */
+
+  trace_t t;
+  XT_REQUIRE(trace_load(file, &t) == 0);
+  XT_CHECK(!strcmp(t.name, "tiny"));
+  XT_CHECK_EQ(t.nev, 6);
+  XT_CHECK_EQ(t.peak_live, 4u << 20);
+  XT_CHECK_EQ(t.nstreams, 2);
+  trace_free(&t);
+
+  rmdir(sub);
+  remove(file);
+  rmdir(dir);
+}
+
 int main(void) {
   XT_RUN(bisection_finds_the_threshold);
   XT_RUN(bisection_gives_up);
+  XT_RUN(conf_merges_by_key_and_layer);
+  XT_RUN(conf_check_uses_the_library_parser);
+  XT_RUN(traces_by_name_and_path);
   return XT_DONE();
 }
 
