@@ -33,6 +33,9 @@ typedef struct trace_s {
 int trace_find(const char *arg, const char *dir, char *out, size_t len);
 /* Load a trace; 0 or -1 with a message on stderr. */
 int trace_load(const char *path, trace_t *t);
+/* Keep only the first nev events (the peak and counts are recomputed); the
+ * replays free what is still live at the end. */
+void trace_prefix(trace_t *t, size_t nev);
 void trace_free(trace_t *t);
 
 /* What a replay reports, whichever allocator ran it (frag.c, cuda_alt.c). */

@@ -36,6 +36,15 @@
 #define XSEG_TRACE_DIR "benchmarks/traces"
 #endif
 
+/* --quick replays the first QUICK_EVENTS events of each trace: every
+ * shipped trace has freed 500 to 1,000 blocks by then, so every table and
+ * code path runs, and the bisections take about 3 s instead of 28 on two
+ * idle cores.  Near the limit a replay's cost is in moving pages (mmap and
+ * hole punching on the host backend), which grows with the events after
+ * the peak; a coarser step or a narrower range of the bisection saved far
+ * less (docs/benchmarks.md, "--quick"). */
+#define QUICK_EVENTS 2000
+
 /* The bench's own sizes on the host backend: room for growth's 8 GiB. */
 #define HOST_CAPACITY_MB "16384"
 /* Replays timed "with room to spare": more than any shipped trace's peak. */
@@ -87,7 +96,7 @@ static void help(void) {
          "\n"
          "Options (--opt VALUE or --opt=VALUE; anywhere on the line; -- ends them):\n"
          "  --backend host|cuda  where xseg runs (default: the GPU when one is present)\n"
-         "  --quick              the CI size: fewer samples\n"
+         "  --quick              the CI size: fewer samples, and the first %d events of each trace\n"
          "  --json FILE          also write every row as JSON, one object keyed by section\n"
          "  --conf K:V,...       xseg configuration (docs/config.md); may be repeated\n"
          "  --traces DIR         where trace names are looked up (default: %s)\n"
@@ -110,7 +119,7 @@ static void help(void) {
          "\n"
          "Exit status: 0; 1 if a measurement failed; 2 if the command line, the configuration\n"
          "or an input is wrong.\n",
-         XSEG_TRACE_DIR, HOST_CAPACITY_MB);
+         QUICK_EVENTS, XSEG_TRACE_DIR, HOST_CAPACITY_MB);
 }
 
 /* ---- JSON, written as the sections run ----------------------------------------------- */
@@ -366,6 +375,7 @@ static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
   printf("\n== fragmentation: min-budget overhead = smallest budget that replays / peak live bytes (%s",
          o->gpu ? "GPU: the rest of device memory held by a filler" : "host backend: host_capacity_mb");
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  if (o->quick) printf("; quick: the first %d events of each trace", QUICK_EVENTS);
   printf(")\n");
   note_forced(o, o->gpu ? "expandable_segments" : "host_capacity_mb,expandable_segments");
   printf("%-18s %8s %9s", "trace", "events", "peak MiB");
@@ -543,7 +553,7 @@ static int list_traces(const char *dir, char ***out) {
 
 /* Load the traces the arguments name (none: every trace in --traces).
  * 0, or 2 with the reason on stderr. */
-static int load_traces(const opts_t *o, char **args, int nargs, trace_t **out, int *nout) {
+static int load_traces(const opts_t *o, int quick, char **args, int nargs, trace_t **out, int *nout) {
   char **files = NULL;
   int n = nargs, listed = 0;
   if (nargs == 0) {
@@ -566,6 +576,7 @@ static int load_traces(const opts_t *o, char **args, int nargs, trace_t **out, i
     else if (trace_find(args[i], o->traces, path, sizeof path) != 0) rc = 2;
     if (rc == 0 && trace_load(path, &t[i]) != 0) rc = 2;
     if (rc == 0) loaded++;
+    if (rc == 0 && quick) trace_prefix(&t[i], QUICK_EVENTS);
   }
   for (int i = 0; listed && i < n; i++) free(files[i]);
   free(files);
@@ -759,7 +770,8 @@ int main(int argc, char **argv) {
   trace_t *traces = NULL;
   int ntraces = 0;
   if (frag || one) {
-    rc = load_traces(&o, args, nargs, &traces, &ntraces);
+    /* replay and timeline take the whole trace, also with --quick */
+    rc = load_traces(&o, o.quick && frag, args, nargs, &traces, &ntraces);
     if (rc) return rc;
   }
   if (o.json) {

@@ -185,3 +185,26 @@ int trace_find(const char *arg, const char *dir, char *out, size_t len) {
   fprintf(stderr, "xseg-bench: trace '%s': %s\n", arg, strerror(err));
   return -1;
 }
+
+void trace_prefix(trace_t *t, size_t nev) {
+  if (nev >= t->nev) return;
+  uint64_t *size = calloc(t->nslots ? t->nslots : 1, sizeof *size), cur = 0;
+  if (!size) return; /* the whole trace, then */
+  t->nev = nev;
+  t->peak_live = t->allocs = t->frees = 0;
+  t->nstreams = 0;
+  for (size_t i = 0; i < nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->alloc) {
+      size[e->slot] = e->bytes;
+      cur += e->bytes;
+      if (cur > t->peak_live) t->peak_live = cur;
+      t->allocs++;
+    } else {
+      cur -= size[e->slot];
+      t->frees++;
+    }
+    if (e->stream + 1 > t->nstreams) t->nstreams = e->stream + 1;
+  }
+  free(size);
+}

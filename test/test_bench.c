@@ -167,6 +167,14 @@ XT_TEST(traces_by_name_and_path) {
   XT_CHECK_EQ(t.nev, 6);
   XT_CHECK_EQ(t.peak_live, 4u << 20);
   XT_CHECK_EQ(t.nstreams, 2);
+  trace_prefix(&t, 3); /* a 1, a 2, f 1 */
+  XT_CHECK_EQ(t.nev, 3);
+  XT_CHECK_EQ(t.peak_live, 4u << 20);
+  XT_CHECK_EQ(t.allocs, 2);
+  XT_CHECK_EQ(t.frees, 1);
+  trace_prefix(&t, 1);
+  XT_CHECK_EQ(t.peak_live, 3u << 20);
+  XT_CHECK_EQ(t.nstreams, 1);
   trace_free(&t);
 
   rmdir(sub);

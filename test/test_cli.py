@@ -2,17 +2,21 @@
 """xseg-bench's command line: exit statuses, which stream each message goes
 to, how often it is said, and the configuration it runs under.
 
-    python3 test/test_cli.py PATH/TO/xseg-bench
+    python3 test/test_cli.py PATH/TO/xseg-bench [quick]
 
 Conventions checked (docs/benchmarks.md, "The command line"): --help on
 stdout with status 0; a mistake named on stderr with the usage line and
 status 2, before anything is printed on stdout; every message once; the
 configuration merged from the bench's defaults, XSEG_ALLOC_CONF and --conf
 and shown on the line below the header.  Every run is a second or less.
+With `quick`, one run of `xseg-bench --quick` instead: every table printed,
+every shipped trace replayed, in under 10 s of CPU time (about 4 on two
+cores; CPU time rather than wall time, so a busy machine does not fail it).
 """
 import errno
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -52,7 +56,40 @@ def usage_error(args, named, env=None):
     return out
 
 
+def quick():
+    """xseg-bench --quick: every section, every trace, in its time budget."""
+    traces = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "traces")
+    names = sorted(f[:-6] for f in os.listdir(traces) if f.endswith(".trace"))
+    with tempfile.TemporaryDirectory() as d:
+        j = os.path.join(d, "quick.json")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = run("--backend", "host", "--quick", "--json", j)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        rc, so, se = out
+        check(rc == 0, "--quick: status 0", out)
+        for section in ("latency", "scale", "growth", "threads", "fragmentation"):
+            check("\n== %s:" % section in so, "--quick prints the %s table" % section, out)
+        rows = {l.split()[0]: l.split() for l in so.splitlines() if l.split() and l.split()[0] in names}
+        check(sorted(rows) == names, "--quick replays every shipped trace", out)
+        check(all(int(r[1]) <= 2000 for r in rows.values()), "--quick replays a prefix of each trace", out)
+        try:
+            with open(j) as f:
+                doc = json.load(f)
+            ok = all(doc.get(k) for k in ("latency", "scale", "growth", "threads", "frag"))
+        except (OSError, ValueError):
+            ok = False
+        check(ok, "--quick --json: valid, every section", out)
+        check(cpu < 10, "--quick takes %.1f s of CPU time, under 10" % cpu)
+        print("xseg-bench --quick: %.1f s of CPU time" % cpu)
+
+
 def main():
+    if sys.argv[2:] == ["quick"]:
+        quick()
+        print("%d checks, %d failed" % (checks, failures))
+        return 1 if failures else 0
+
     # --help and -h: the usage on stdout, status 0, nothing on stderr.
     for flag in ("--help", "-h"):
         out = run(flag)
