@@ -185,8 +185,28 @@ def main():
             ok = False
         check(out[0] == 0 and ok, "--json: valid, with the configuration", out)
 
+    plot_without_matplotlib()
     print("%d checks, %d failed" % (checks, failures))
     return 1 if failures else 0
+
+
+def plot_without_matplotlib():
+    """benchmarks/plot.py with no matplotlib: a message naming the package
+    to install, a failing status, and no pip run behind the user's back."""
+    plot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "plot.py")
+    with tempfile.TemporaryDirectory() as d:
+        marker = os.path.join(d, "pip-ran")
+        for pkg, code in (("matplotlib", "raise ImportError('no matplotlib here')\n"),
+                          ("pip", "open(%r, 'w').close()\n" % marker)):
+            os.makedirs(os.path.join(d, pkg))
+            for f in ("__init__.py", "__main__.py"):
+                with open(os.path.join(d, pkg, f), "w") as fh:
+                    fh.write(code)
+        env = dict(os.environ, PYTHONPATH=d, PIP_NO_INDEX="1")
+        p = subprocess.run([sys.executable, plot, d, d], env=env, capture_output=True, text=True, timeout=60)
+        out = (p.returncode, p.stdout, p.stderr)
+        check(p.returncode != 0 and "pip install matplotlib" in p.stderr, "plot.py: says to pip install matplotlib", out)
+        check(not os.path.exists(marker), "plot.py: does not run pip itself", out)
 
 
 if __name__ == "__main__":
