@@ -61,6 +61,8 @@ typedef struct opts_s {
   const char *traces; /* directory of shipped traces */
   unsigned skip;      /* frag: allocators left out (bit per alloc_kind_t) */
   conf_t conf;        /* the bench's defaults and the user's layers (conf.c) */
+  trace_t *loaded;    /* the traces the command replays, loaded before it runs */
+  int nloaded;
 } opts_t;
 
 /* ---- messages --------------------------------------------------------------------------- */
@@ -739,66 +741,69 @@ static int build_conf(opts_t *o, const cli_t *cl) {
   return 0;
 }
 
+/* Check everything the command line names, then run the command; the
+ * exit status.  What it allocates, main frees. */
+static int run(opts_t *o, cli_t *cl) {
+  if (cl->help) {
+    help();
+    return 0;
+  }
+  const char *cmd = cl->npos ? cl->pos[0] : "all";
+  char **args = cl->pos + (cl->npos ? 1 : 0);
+  int nargs = cl->npos ? cl->npos - 1 : 0;
+  int c = 0;
+  while (c < NCOMMANDS && strcmp(cmd, commands[c].name)) c++;
+  if (c == NCOMMANDS)
+    return usage_error("unknown command '%s' (all, micro, latency, scale, growth, threads, frag, replay, timeline)", cmd);
+  if (nargs < commands[c].min) return usage_error("%s needs a TRACE (a file, or a name in %s)", cmd, o->traces);
+  if (commands[c].max >= 0 && nargs > commands[c].max)
+    return usage_error("%s takes %s, not '%s'", cmd, commands[c].max ? "one TRACE" : "no arguments",
+                       args[commands[c].max]);
+
+  int rc = build_conf(o, cl);
+  if (rc) return rc;
+
+  int all = !strcmp(cmd, "all"), micro = all || !strcmp(cmd, "micro");
+  int frag = all || !strcmp(cmd, "frag"), one = !strcmp(cmd, "replay") || !strcmp(cmd, "timeline");
+  if (frag || one) {
+    /* replay and timeline take the whole trace, also with --quick */
+    rc = load_traces(o, o->quick && frag, args, nargs, &o->loaded, &o->nloaded);
+    if (rc) return rc;
+  }
+  if (o->json) {
+    jf = fopen(o->json, "w");
+    if (!jf) {
+      fprintf(stderr, "xseg-bench: --json: cannot write %s: %s\n", o->json, strerror(errno));
+      return 2;
+    }
+    fputs("{", jf);
+  }
+
+  header(o);
+  if (micro || !strcmp(cmd, "latency")) rc |= cmd_latency(o);
+  if (micro || !strcmp(cmd, "scale")) rc |= cmd_scale(o);
+  if (micro || !strcmp(cmd, "growth")) rc |= cmd_growth(o);
+  if (micro || !strcmp(cmd, "threads")) rc |= cmd_threads(o);
+  if (frag) rc |= cmd_frag(o, o->loaded, o->nloaded);
+  if (!strcmp(cmd, "replay")) rc |= cmd_replay(o, &o->loaded[0]);
+  if (!strcmp(cmd, "timeline")) rc |= cmd_timeline(o, &o->loaded[0]);
+  if (jf) {
+    fputs(jsec_open ? "]}\n" : "}\n", jf);
+    fclose(jf);
+  }
+  return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* tables appear as they are measured, also in pipes */
   static opts_t o;
   o.traces = XSEG_TRACE_DIR;
   cli_t cl = {0};
   int rc = parse_args(argc, argv, &o, &cl);
-  if (rc) return rc;
-  if (cl.help) {
-    help();
-    return 0;
-  }
-  const char *cmd = cl.npos ? cl.pos[0] : "all";
-  char **args = cl.pos + (cl.npos ? 1 : 0);
-  int nargs = cl.npos ? cl.npos - 1 : 0;
-  int c = 0;
-  while (c < NCOMMANDS && strcmp(cmd, commands[c].name)) c++;
-  if (c == NCOMMANDS)
-    return usage_error("unknown command '%s' (all, micro, latency, scale, growth, threads, frag, replay, timeline)", cmd);
-  if (nargs < commands[c].min) return usage_error("%s needs a TRACE (a file, or a name in %s)", cmd, o.traces);
-  if (commands[c].max >= 0 && nargs > commands[c].max)
-    return usage_error("%s takes %s, not '%s'", cmd, commands[c].max ? "one TRACE" : "no arguments",
-                       args[commands[c].max]);
-
-  rc = build_conf(&o, &cl);
-  if (rc) return rc;
-
-  int all = !strcmp(cmd, "all"), micro = all || !strcmp(cmd, "micro");
-  int frag = all || !strcmp(cmd, "frag"), one = !strcmp(cmd, "replay") || !strcmp(cmd, "timeline");
-  trace_t *traces = NULL;
-  int ntraces = 0;
-  if (frag || one) {
-    /* replay and timeline take the whole trace, also with --quick */
-    rc = load_traces(&o, o.quick && frag, args, nargs, &traces, &ntraces);
-    if (rc) return rc;
-  }
-  if (o.json) {
-    jf = fopen(o.json, "w");
-    if (!jf) {
-      fprintf(stderr, "xseg-bench: --json: cannot write %s: %s\n", o.json, strerror(errno));
-      return 2;
-    }
-    fputs("{", jf);
-  }
-
-  header(&o);
-  rc = 0;
-  if (micro || !strcmp(cmd, "latency")) rc |= cmd_latency(&o);
-  if (micro || !strcmp(cmd, "scale")) rc |= cmd_scale(&o);
-  if (micro || !strcmp(cmd, "growth")) rc |= cmd_growth(&o);
-  if (micro || !strcmp(cmd, "threads")) rc |= cmd_threads(&o);
-  if (frag) rc |= cmd_frag(&o, traces, ntraces);
-  if (!strcmp(cmd, "replay")) rc |= cmd_replay(&o, &traces[0]);
-  if (!strcmp(cmd, "timeline")) rc |= cmd_timeline(&o, &traces[0]);
-  if (jf) {
-    fputs(jsec_open ? "]}\n" : "}\n", jf);
-    fclose(jf);
-  }
-  for (int i = 0; i < ntraces; i++) trace_free(&traces[i]);
-  free(traces);
+  if (rc == 0) rc = run(&o, &cl);
+  for (int i = 0; i < o.nloaded; i++) trace_free(&o.loaded[i]);
+  free(o.loaded);
   conf_free(&o.conf);
   free(cl.pos);
-  return rc ? 1 : 0;
+  return rc;
 }
