@@ -27,18 +27,26 @@ typedef struct trace_s {
   int nstreams;        /* highest stream number + 1 */
 } trace_t;
 
+/* The file a command-line argument names: the path as given, or for a bare
+ * name the trace of that name in dir (NAME.trace).  0 with the path in out,
+ * or -1 with a message on stderr naming arg and the OS's reason. */
+int trace_find(const char *arg, const char *dir, char *out, size_t len);
 /* Load a trace; 0 or -1 with a message on stderr. */
 int trace_load(const char *path, trace_t *t);
+/* Keep only the first nev events (the peak and counts are recomputed); the
+ * replays free what is still live at the end. */
+void trace_prefix(trace_t *t, size_t nev);
 void trace_free(trace_t *t);
 
-/* ---- replay and budgets (frag.c) ------------------------------------------------- */
-
+/* What a replay reports, whichever allocator ran it (frag.c, cuda_alt.c). */
 typedef struct replay_s {
   int ok;             /* 1: every allocation succeeded */
   size_t failed_at;   /* event index of the first failure */
   double seconds;     /* wall time of the replay */
-  uint64_t held_peak; /* xseg's held_bytes.peak */
+  uint64_t held_peak; /* xseg's held_bytes.peak (xseg replays only) */
 } replay_t;
+
+/* ---- xseg replay and budgets (frag.c) -------------------------------------------------- */
 
 /* --lag K (host backend): stream work completes only every K events. */
 extern int bench_lag;
@@ -46,19 +54,13 @@ extern int bench_lag;
 /* Replay through xseg under configuration `conf` (xseg_init). */
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running);
 
-/* The allocators the fragmentation benchmark compares. */
-typedef enum alloc_kind_e { AK_XSEG_EXP, AK_XSEG_BIN, AK_CUDAMALLOC, AK_MALLOCASYNC, AK__COUNT } alloc_kind_t;
-extern const char *const ak_names[AK__COUNT];
+/* Does the trace replay in a budget of budget_mb MiB?  The caller decides
+ * what "the budget" means and which allocator runs. */
+typedef int (*budget_fits_fn)(void *ctx, size_t budget_mb);
 
-/* Does the trace replay within budget_mb?  Host backend: the budget is
- * host_capacity_mb.  GPU: every allocator runs with all but budget_mb of
- * the device's free memory held by a filler allocation. */
-int replay_fits(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t budget_mb);
-
-/* Smallest budget (a multiple of step_mb) in which the trace replays, by
+/* Smallest budget (a multiple of step_mb) for which fits() holds, by
  * bisection between the peak and 16 x the peak; 0 if none fits. */
-size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t step_mb,
-                     int *replays);
+size_t min_budget_mb(uint64_t peak_live, size_t step_mb, budget_fits_fn fits, void *ctx, int *replays);
 
 /* ---- the GPU's own allocators (cuda_alt.c) ------------------------------------------ */
 
@@ -97,6 +99,48 @@ int bench_growth(const char *conf, size_t size, size_t total, growth_t *out);
 int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops);
 double pct(double *v, size_t n, double q);
 
-double now_s(void);
+/* ---- configuration of the xseg runs (conf.c) ------------------------------------------- */
+
+/* Layers, lowest first: a layer's value replaces those of the layers below. */
+enum { CONF_BENCH, CONF_DEFAULT, CONF_ENV, CONF_OPTION, CONF_BACKEND, CONF_SECTION, CONF__COUNT };
+
+#define CONF_KEY_MAX 64
+#define CONF_MAX_PAIRS 64
+
+typedef struct conf_pair_s {
+  char key[CONF_KEY_MAX];
+  char *val; /* owned */
+  int src;   /* CONF_* */
+} conf_pair_t;
+
+typedef struct conf_s {
+  int n;
+  conf_pair_t kv[CONF_MAX_PAIRS]; /* in the order first set */
+} conf_t;
+
+/* Check a user's text with the library's parser; 0, or -1 with the
+ * library's message ("xseg: ORIGIN: ...") printed to stderr. */
+int conf_check(const char *text, const char *origin);
+/* Merge a checked text (NULL: nothing) into c at layer src; 0 or -1. */
+int conf_add(conf_t *c, const char *text, int src);
+int conf_set(conf_t *c, const char *key, size_t klen, const char *val, size_t vlen, int src);
+const char *conf_get(const conf_t *c, const char *key, int *src); /* NULL if unset */
+int conf_copy(conf_t *dst, const conf_t *src);
+void conf_free(conf_t *c);
+const char *conf_source_name(int src);
+/* "key:value,..." for xseg_init, and "key:value (source), ..." for people;
+ * both snprintf-like. */
+size_t conf_text(const conf_t *c, char *buf, size_t len);
+size_t conf_describe(const conf_t *c, char *buf, size_t len);
+/* The configuration of one run: base, then a section's defaults under the
+ * user's layers, then the keys it measures over everything; *out is
+ * malloc'd.  0 or -1. */
+int conf_run_text(const conf_t *base, const char *defaults, const char *forced, char **out);
+/* xseg_init, saying a failure once (the library says most itself). */
+int bench_init(const char *conf);
+
+/* ---- the clock (clock.c) ---------------------------------------------------------------- */
+
+double now_s(void); /* CLOCK_MONOTONIC, seconds */
 
 #endif

@@ -1,14 +1,17 @@
-/* benchmarks/frag.c: trace replay and the min-budget overhead.
+/* benchmarks/frag.c: replaying a trace through xseg, and the bisection
+ * behind the min-budget overhead.
  *
  * The headline fragmentation figure (docs/benchmarks.md): the smallest
  * device-memory budget in which a trace replays without running out of
  * memory, divided by the trace's peak live bytes.  1.00 is the physical
- * limit.  On the host backend the budget is host_capacity_mb, found by
- * bisection; each trial is a fresh xseg_init, so no state carries over.
+ * limit.  The bisection only asks "does it fit in this budget?": the
+ * caller (main.c) answers, with whichever allocator it measures (xseg here,
+ * or the GPU's own allocators in cuda_alt.c), so this file knows nothing of
+ * the others.  Each xseg trial is a fresh xseg_init, so no state carries
+ * over.
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 #include "init.h"
@@ -29,12 +32,6 @@ static void lag_streams(const trace_t *t, int how) {
   }
 }
 
-double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static long long stat_of(const char *json, const char *key) {
   const char *p = strstr(json, key);
   if (!p) return -1;
@@ -44,10 +41,7 @@ static long long stat_of(const char *json, const char *key) {
 
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
   replay_t r = {0};
-  if (xseg_init(conf) != 0) {
-    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
-    return r;
-  }
+  if (bench_init(conf) != 0) return r;
   void **ptr = calloc(t->nslots, sizeof *ptr);
   r.ok = 1;
   int lag = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
@@ -79,40 +73,18 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
   return r;
 }
 
-const char *const ak_names[AK__COUNT] = {"xseg", "xseg-binned", "cudaMalloc", "cudaMallocAsync"};
-
-int replay_fits(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t mb) {
-  char c[1024];
-  const char *mode = k == AK_XSEG_BIN ? "expandable_segments:False" : "expandable_segments:True";
-  const char *sep = extra && *extra ? "," : "";
-  if (!gpu) {
-    if (k != AK_XSEG_EXP && k != AK_XSEG_BIN) return 0;
-    snprintf(c, sizeof c, "backend:host,host_capacity_mb:%zu,%s%s%s", mb, mode, sep, extra ? extra : "");
-    return replay_xseg(t, c, 0).ok;
-  }
-  uint64_t filler;
-  if (gpu_fill(mb << 20, &filler) != 0) return 0;
-  int ok;
-  if (k == AK_CUDAMALLOC || k == AK_MALLOCASYNC) {
-    ok = replay_cuda(t, k == AK_CUDAMALLOC ? 0 : 1).ok;
-  } else {
-    snprintf(c, sizeof c, "backend:cuda,%s%s%s", mode, sep, extra ? extra : "");
-    ok = replay_xseg(t, c, 0).ok;
-  }
-  gpu_unfill(filler);
-  return ok;
-}
-
-size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extra, size_t step, int *replays) {
-  size_t lo = (size_t)((t->peak_live + (1u << 20) - 1) >> 20);
+size_t min_budget_mb(uint64_t peak_live, size_t step, budget_fits_fn fits, void *ctx, int *replays) {
+  size_t lo = (size_t)((peak_live + (1u << 20) - 1) >> 20);
   lo = (lo + step - 1) / step * step; /* nothing below the peak can fit */
   (*replays)++;
-  if (replay_fits(t, k, gpu, extra, lo)) return lo;
-  size_t gap = lo / 16 + step, hi = lo + gap;
+  if (fits(ctx, lo)) return lo;
+  /* The limit is 16 x the first budget tried, not the last: hi / lo stays
+   * under 2 as the gap doubles, so a test against lo would never stop. */
+  size_t limit = 16 * lo, gap = lo / 16 + step, hi = lo + gap;
   for (;;) {
     (*replays)++;
-    if (replay_fits(t, k, gpu, extra, hi)) break;
-    if (hi > 16 * lo) return 0;
+    if (fits(ctx, hi)) break;
+    if (hi >= limit) return 0;
     lo = hi; /* known to fail */
     gap *= 2;
     hi = lo + gap;
@@ -122,7 +94,7 @@ size_t min_budget_mb(const trace_t *t, alloc_kind_t k, int gpu, const char *extr
     size_t mid = (lo + (hi - lo) / 2) / step * step;
     if (mid <= lo) mid = lo + step;
     (*replays)++;
-    if (replay_fits(t, k, gpu, extra, mid))
+    if (fits(ctx, mid))
       hi = mid;
     else
       lo = mid;

@@ -33,10 +33,7 @@ static uint64_t rnd(void) {
 /* ---- latency: cached alloc+free pairs ----------------------------------------------- */
 
 int bench_latency(const char *conf, const size_t *sizes, int nsizes, int samples, latency_t *out) {
-  if (xseg_init(conf) != 0) {
-    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
-    return -1;
-  }
+  if (bench_init(conf) != 0) return -1;
   const int batch = 16;
   double *v = malloc((size_t)samples * sizeof *v);
   for (int k = 0; k < nsizes; k++) {
@@ -70,10 +67,7 @@ int bench_latency(const char *conf, const size_t *sizes, int nsizes, int samples
 static size_t small_size(void) { return 512 + rnd() % (8 * 1024); }
 
 int bench_scale(const char *conf, size_t live, int samples, scale_t *out) {
-  if (xseg_init(conf) != 0) {
-    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
-    return -1;
-  }
+  if (bench_init(conf) != 0) return -1;
   void **v = malloc(live * sizeof *v);
   for (size_t i = 0; i < live; i++) {
     v[i] = xseg_malloc(small_size(), 0, NULL);
@@ -120,10 +114,7 @@ int bench_scale(const char *conf, size_t live, int samples, scale_t *out) {
 /* ---- growth: new memory from an empty cache --------------------------------------------- */
 
 int bench_growth(const char *conf, size_t size, size_t total, growth_t *out) {
-  if (xseg_init(conf) != 0) {
-    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
-    return -1;
-  }
+  if (bench_init(conf) != 0) return -1;
   int n = (int)(total / size);
   if (n < 1) n = 1;
   void **v = calloc((size_t)n, sizeof *v);
@@ -203,10 +194,7 @@ static void *worker(void *arg) {
 }
 
 int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops) {
-  if (xseg_init(conf) != 0) {
-    fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
-    return -1;
-  }
+  if (bench_init(conf) != 0) return -1;
   mailbox_t boxes[8];
   worker_t w[8];
   pthread_t th[8];

@@ -12,19 +12,18 @@ docs/img):
   timeline-TRACE.png    memory over time (live, allocated, mapped) for xseg
                         expandable and binned, one per timeline file
 
-matplotlib is installed with pip if it is missing.
+It needs matplotlib (`pip install matplotlib`), and says so if it is
+missing rather than installing anything itself.
 """
 import glob
 import json
 import os
-import subprocess
 import sys
 
 try:
     import matplotlib
 except ImportError:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "matplotlib"])
-    import matplotlib
+    sys.exit("plot.py: matplotlib is not installed; install it with: pip install matplotlib")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -5,10 +5,16 @@
  * dense slots so a replay keeps its pointers in a flat array.  The reader
  * is strict: a free of an id that is not live, an id allocated twice while
  * live, or a malformed line stops it with the line number.
+ *
+ * A trace is named on the command line by a path or by the name its tables
+ * print (logrand for DIR/logrand.trace), and trace_find says which file
+ * that is before anything is measured.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bench.h"
 
@@ -55,7 +61,7 @@ int trace_load(const char *path, trace_t *t) {
   if (dot && !strcmp(dot, ".trace")) *dot = 0;
   FILE *f = fopen(path, "r");
   if (!f) {
-    fprintf(stderr, "xseg-bench: cannot open %s\n", path);
+    fprintf(stderr, "xseg-bench: cannot open trace %s: %s\n", path, strerror(errno));
     return -1;
   }
   size_t cap = 0;
@@ -127,6 +133,10 @@ int trace_load(const char *path, trace_t *t) {
     }
     t->ev[t->nev++] = e;
   }
+  if (rc == 0 && ferror(f)) { /* a directory, or an I/O error */
+    fprintf(stderr, "xseg-bench: cannot read trace %s: %s\n", path, strerror(errno));
+    rc = -1;
+  }
   fclose(f);
   free(ids.keys);
   free(ids.vals);
@@ -139,4 +149,62 @@ int trace_load(const char *path, trace_t *t) {
 void trace_free(trace_t *t) {
   free(t->ev);
   memset(t, 0, sizeof *t);
+}
+
+/* 0 if path is there and not a directory, else -1 with errno set. */
+static int is_file(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return -1;
+  if (S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    return -1;
+  }
+  return 0;
+}
+
+int trace_find(const char *arg, const char *dir, char *out, size_t len) {
+  if (is_file(arg) == 0) {
+    snprintf(out, len, "%s", arg);
+    return 0;
+  }
+  int err = errno;
+  /* A bare name, as the tables print it: DIR/NAME.trace, or DIR/NAME. */
+  if (err == ENOENT && dir && !strchr(arg, '/')) {
+    const char *const fmt[2] = {"%s/%s.trace", "%s/%s"};
+    for (int i = 0; i < 2; i++) {
+      snprintf(out, len, fmt[i], dir, arg);
+      if (is_file(out) == 0) return 0;
+      if (errno != ENOENT) {
+        fprintf(stderr, "xseg-bench: trace '%s': %s: %s\n", arg, out, strerror(errno));
+        return -1;
+      }
+    }
+    fprintf(stderr, "xseg-bench: trace '%s': %s (nor is there %s/%s.trace)\n", arg, strerror(err), dir, arg);
+    return -1;
+  }
+  fprintf(stderr, "xseg-bench: trace '%s': %s\n", arg, strerror(err));
+  return -1;
+}
+
+void trace_prefix(trace_t *t, size_t nev) {
+  if (nev >= t->nev) return;
+  uint64_t *size = calloc(t->nslots ? t->nslots : 1, sizeof *size), cur = 0;
+  if (!size) return; /* the whole trace, then */
+  t->nev = nev;
+  t->peak_live = t->allocs = t->frees = 0;
+  t->nstreams = 0;
+  for (size_t i = 0; i < nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->alloc) {
+      size[e->slot] = e->bytes;
+      cur += e->bytes;
+      if (cur > t->peak_live) t->peak_live = cur;
+      t->allocs++;
+    } else {
+      cur -= size[e->slot];
+      t->frees++;
+    }
+    if (e->stream + 1 > t->nstreams) t->nstreams = e->stream + 1;
+  }
+  free(size);
 }

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""xseg-bench's command line: exit statuses, which stream each message goes
+to, how often it is said, and the configuration it runs under.
+
+    python3 test/test_cli.py PATH/TO/xseg-bench [quick]
+
+Conventions checked (docs/benchmarks.md, "The command line"): --help on
+stdout with status 0; a mistake named on stderr with the usage line and
+status 2, before anything is printed on stdout; every message once; the
+configuration merged from the bench's defaults, XSEG_ALLOC_CONF and --conf
+and shown on the line below the header.  Every run is a second or less.
+With `quick`, one run of `xseg-bench --quick` instead: every table printed,
+every shipped trace replayed, in under 10 s of CPU time (about 4 on two
+cores; CPU time rather than wall time, so a busy machine does not fail it).
+"""
+import errno
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+
+BENCH = sys.argv[1] if len(sys.argv) > 1 else "build/benchmarks/xseg-bench"
+failures = 0
+checks = 0
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.pop("XSEG_ALLOC_CONF", None)
+    e.update(env or {})
+    p = subprocess.run([BENCH, *args], env=e, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what, out=None):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print("FAIL: %s" % what)
+        if out is not None:
+            rc, so, se = out
+            print("  rc=%d\n  stdout: %r\n  stderr: %r" % (rc, so[:800], se[:800]))
+
+
+def usage_error(args, named, env=None):
+    """A mistake: status 2, nothing on stdout, the culprit named once on stderr."""
+    out = run(*args, env=env)
+    rc, so, se = out
+    label = " ".join(args)
+    check(rc == 2, "%s: exit status 2" % label, out)
+    check(so == "", "%s: nothing on stdout" % label, out)
+    check(se.count(named) == 1, "%s: stderr names %s once" % (label, named), out)
+    return out
+
+
+def quick():
+    """xseg-bench --quick: every section, every trace, in its time budget."""
+    traces = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "traces")
+    names = sorted(f[:-6] for f in os.listdir(traces) if f.endswith(".trace"))
+    with tempfile.TemporaryDirectory() as d:
+        j = os.path.join(d, "quick.json")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = run("--backend", "host", "--quick", "--json", j)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        rc, so, se = out
+        check(rc == 0, "--quick: status 0", out)
+        for section in ("latency", "scale", "growth", "threads", "fragmentation"):
+            check("\n== %s:" % section in so, "--quick prints the %s table" % section, out)
+        rows = {l.split()[0]: l.split() for l in so.splitlines() if l.split() and l.split()[0] in names}
+        check(sorted(rows) == names, "--quick replays every shipped trace", out)
+        check(all(int(r[1]) <= 2000 for r in rows.values()), "--quick replays a prefix of each trace", out)
+        try:
+            with open(j) as f:
+                doc = json.load(f)
+            ok = all(doc.get(k) for k in ("latency", "scale", "growth", "threads", "frag"))
+        except (OSError, ValueError):
+            ok = False
+        check(ok, "--quick --json: valid, every section", out)
+        check(cpu < 10, "--quick takes %.1f s of CPU time, under 10" % cpu)
+        print("xseg-bench --quick: %.1f s of CPU time" % cpu)
+
+
+def main():
+    if sys.argv[2:] == ["quick"]:
+        quick()
+        print("%d checks, %d failed" % (checks, failures))
+        return 1 if failures else 0
+
+    # --help and -h: the usage on stdout, status 0, nothing on stderr.
+    for flag in ("--help", "-h"):
+        out = run(flag)
+        rc, so, se = out
+        check(rc == 0 and so.startswith("usage: xseg-bench") and se == "", flag + " on stdout, status 0", out)
+        check("XSEG_ALLOC_CONF" in so and "Exit status" in so, flag + " explains the configuration", out)
+
+    # Mistakes on the command line.
+    rc, so, se = usage_error(["--frobnicate"], "unknown option '--frobnicate'")
+    check("usage: xseg-bench" in se, "unknown option: usage hint on stderr", (rc, so, se))
+    usage_error(["--frobnicate=3", "latency"], "'--frobnicate'")
+    usage_error(["frob"], "unknown command 'frob'")
+    usage_error(["--json"], "'--json' needs an argument")
+    usage_error(["latency", "--conf"], "'--conf' needs an argument")
+    usage_error(["--backend", "gpu"], "'gpu'")
+    usage_error(["--lag", "x"], "'x'")
+    usage_error(["--only", "jemalloc", "frag"], "'jemalloc'")
+    usage_error(["latency", "extra"], "'extra'")
+    usage_error(["replay"], "replay needs a TRACE")
+
+    # An invalid configuration stops the bench before it prints anything,
+    # with the library's message, once, naming the key and where it came from.
+    rc, so, se = usage_error(["latency"], "unknown key 'foo'", env={"XSEG_ALLOC_CONF": "foo:bar"})
+    check("XSEG_ALLOC_CONF" in se and se.count("\n") == 1, "XSEG_ALLOC_CONF=foo:bar: one line, naming its source",
+          (rc, so, se))
+    rc, so, se = usage_error(["--conf", "foo:bar", "latency"], "unknown key 'foo'")
+    check("--conf" in se and se.count("\n") == 1, "--conf foo:bar: one line, naming its source", (rc, so, se))
+    usage_error(["--quick"], "unknown key 'foo'", env={"XSEG_ALLOC_CONF": "foo:bar"})  # all sections: still once
+    usage_error(["latency"], "has no closing", env={"XSEG_ALLOC_CONF": "roundup_power2_divisions:[256:1"})
+
+    # A missing trace: the OS's reason and the name, before any output.
+    enoent = os.strerror(errno.ENOENT)
+    rc, so, se = usage_error(["frag", "nosuch_trace"], "'nosuch_trace'")
+    check(enoent in se, "missing trace: the OS's reason", (rc, so, se))
+    rc, so, se = usage_error(["--quick", "frag", "torch_gpt2_infer", "/nonexistent/x.trace"], "/nonexistent/x.trace")
+    check(enoent in se, "missing trace after a good one: the OS's reason, nothing printed", (rc, so, se))
+    usage_error(["timeline", "/nonexistent/x.trace"], "/nonexistent/x.trace")
+
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "tiny.trace")
+        with open(trace, "w") as f:
+            f.write("a 1 3145728\na 2 1048576\nf 1\na 3 2097152\nf 2\nf 3\n")
+        with open(os.path.join(d, "bad.trace"), "w") as f:
+            f.write("a 1 100\nf 2\n")
+
+        # Trace names as the tables print them, looked up in --traces, and paths.
+        for name in ("tiny", trace):
+            out = run("--quick", "--traces", d, "frag", name)
+            rc, so, se = out
+            check(rc == 0 and any(l.split()[:1] == ["tiny"] for l in so.splitlines()), "frag %s: a row for tiny" % name,
+                  out)
+        out = run("--traces", d, "replay", "tiny")
+        check(out[0] == 0 and "replayed tiny: 6 events" in out[1], "replay by name", out)
+        out = run("--quick", "frag", "torch_gpt2_infer")  # the shipped directory
+        check(out[0] == 0 and "torch_gpt2_infer" in out[1], "a shipped trace by name", out)
+        # A malformed trace is an input error too, found before the header.
+        rc, so, se = usage_error(["--traces", d, "frag", "tiny", "bad"], "bad.trace:2")
+
+        # The configuration: XSEG_ALLOC_CONF merged with --conf, --conf winning
+        # a key both set, lists kept whole, the result on the line below the header.
+        out = run("--quick", "--conf", "host_capacity_mb:1024,max_split_size_mb:256", "growth",
+                  env={"XSEG_ALLOC_CONF": "host_capacity_mb:8192, verbose:1, roundup_power2_divisions:[256:1,>:8]"})
+        rc, so, se = out
+        lines = so.splitlines()
+        conf = lines[1] if len(lines) > 1 else ""
+        check(rc == 0 and conf.startswith("config: "), "the configuration line follows the header", out)
+        for part in ("backend:host (xseg-bench)", "verbose:1 (XSEG_ALLOC_CONF)",
+                     "roundup_power2_divisions:[256:1,>:8] (XSEG_ALLOC_CONF)", "host_capacity_mb:1024 (--conf)",
+                     "max_split_size_mb:256 (--conf)"):
+            check(part in conf, "config line shows " + part, out)
+        check("8192" not in conf, "--conf's host_capacity_mb replaces XSEG_ALLOC_CONF's", out)
+        check("configuration:" in se and "verbose:True (api)" in se, "verbose:1 from XSEG_ALLOC_CONF takes effect", out)
+        # host_capacity_mb:1024 takes effect: 2 MiB growth stops at the capacity.
+        rows = [l.split() for l in lines if l.split()[:1] == ["2097152"]]
+        check(rows and int(rows[0][1]) <= 512, "host_capacity_mb:1024 limits growth", out)
+
+        out = run("--quick", "growth", env={"XSEG_ALLOC_CONF": "backend:host"})
+        check(out[0] == 0 and "backend:host (XSEG_ALLOC_CONF)" in out[1], "a backend key picks the backend", out)
+
+        # A section says which of the user's keys it measures itself.
+        out = run("--quick", "--traces", d, "--conf", "host_capacity_mb:9000", "frag", "tiny")
+        check(out[0] == 0 and "host_capacity_mb:9000 from --conf is not used here" in out[1], "frag names the key it sets",
+              out)
+
+        # The JSON records the configuration too.
+        j = os.path.join(d, "out.json")
+        out = run("--quick", "--json", j, "--conf", 'stats_file:', "growth")
+        try:
+            with open(j) as f:
+                doc = json.load(f)
+            ok = "stats_file: (--conf)" in doc["machine"]["config"] and len(doc["growth"]) == 6
+        except (OSError, ValueError, KeyError):
+            ok = False
+        check(out[0] == 0 and ok, "--json: valid, with the configuration", out)
+
+    plot_without_matplotlib()
+    print("%d checks, %d failed" % (checks, failures))
+    return 1 if failures else 0
+
+
+def plot_without_matplotlib():
+    """benchmarks/plot.py with no matplotlib: a message naming the package
+    to install, a failing status, and no pip run behind the user's back."""
+    plot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "plot.py")
+    with tempfile.TemporaryDirectory() as d:
+        marker = os.path.join(d, "pip-ran")
+        for pkg, code in (("matplotlib", "raise ImportError('no matplotlib here')\n"),
+                          ("pip", "open(%r, 'w').close()\n" % marker)):
+            os.makedirs(os.path.join(d, pkg))
+            for f in ("__init__.py", "__main__.py"):
+                with open(os.path.join(d, pkg, f), "w") as fh:
+                    fh.write(code)
+        env = dict(os.environ, PYTHONPATH=d, PIP_NO_INDEX="1")
+        p = subprocess.run([sys.executable, plot, d, d], env=env, capture_output=True, text=True, timeout=60)
+        out = (p.returncode, p.stdout, p.stderr)
+        check(p.returncode != 0 and "pip install matplotlib" in p.stderr, "plot.py: says to pip install matplotlib", out)
+        check(not os.path.exists(marker), "plot.py: does not run pip itself", out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
