@@ -53,6 +53,86 @@ static uint32_t *idmap_slot(idmap_t *m, uint64_t id, int create) {
   return &m->vals[s];
 }
 
+/* One line's event: "a <id> <bytes> [stream]" or "f <id> [stream]";
+ * 0, or -1 for a malformed line. */
+static int parse_line(const char *p, ev_t *e, unsigned long long *id) {
+  char op;
+  unsigned long long a = 0, b = 0;
+  int n = sscanf(p, "%c %llu %llu %llu", &op, id, &a, &b);
+  memset(e, 0, sizeof *e);
+  if (op == 'a' && n >= 3) { /* 0 bytes is allowed: xseg_malloc(0) records it */
+    e->alloc = 1;
+    e->bytes = a;
+    e->stream = n >= 4 ? (uint8_t)(b < 255 ? b : 255) : 0;
+    return 0;
+  }
+  if (op == 'f' && n >= 2) {
+    e->stream = n >= 3 ? (uint8_t)(a < 255 ? a : 255) : 0;
+    return 0;
+  }
+  return -1;
+}
+
+/* What the loader keeps while it reads: ids to dense slots, each slot's
+ * state, and the live total for the peak. */
+typedef struct loader_s {
+  idmap_t ids;
+  uint8_t *live;  /* per slot */
+  uint64_t *size; /* per slot */
+  size_t slotcap, evcap;
+  uint64_t cur;
+} loader_t;
+
+/* Number event e (its id) and check it against what is live; 0, or -1
+ * with a message on stderr. */
+static int account(loader_t *L, trace_t *t, ev_t *e, unsigned long long id, const char *path, size_t lineno) {
+  uint32_t *slot = idmap_slot(&L->ids, id, e->alloc);
+  if (e->alloc) {
+    if (!slot) return fprintf(stderr, "xseg-bench: out of memory reading %s\n", path), -1;
+    if (*slot == UINT32_MAX) {
+      if (t->nslots == L->slotcap) {
+        size_t n = L->slotcap ? L->slotcap * 2 : 1024;
+        uint8_t *lv = realloc(L->live, n);
+        if (lv) L->live = lv;
+        uint64_t *sz = realloc(L->size, n * sizeof *sz);
+        if (sz) L->size = sz;
+        if (!lv || !sz) return fprintf(stderr, "xseg-bench: out of memory reading %s\n", path), -1;
+        L->slotcap = n;
+      }
+      *slot = (uint32_t)t->nslots++;
+      L->live[*slot] = 0;
+    }
+    if (L->live[*slot])
+      return fprintf(stderr, "xseg-bench: %s:%zu: id %llu allocated while live\n", path, lineno, id), -1;
+    L->live[*slot] = 1;
+    L->size[*slot] = e->bytes;
+    L->cur += e->bytes;
+    if (L->cur > t->peak_live) t->peak_live = L->cur;
+    t->allocs++;
+  } else {
+    if (!slot || *slot == UINT32_MAX || !L->live[*slot])
+      return fprintf(stderr, "xseg-bench: %s:%zu: free of id %llu, which is not live\n", path, lineno, id), -1;
+    L->live[*slot] = 0;
+    L->cur -= L->size[*slot];
+    t->frees++;
+  }
+  e->slot = *slot;
+  return 0;
+}
+
+static int append(loader_t *L, trace_t *t, const ev_t *e) {
+  if (t->nev == L->evcap) {
+    size_t n = L->evcap ? L->evcap * 2 : 4096;
+    ev_t *v = realloc(t->ev, n * sizeof *v);
+    if (!v) return -1;
+    t->ev = v;
+    L->evcap = n;
+  }
+  t->ev[t->nev++] = *e;
+  if (e->stream + 1 > t->nstreams) t->nstreams = e->stream + 1;
+  return 0;
+}
+
 int trace_load(const char *path, trace_t *t) {
   memset(t, 0, sizeof *t);
   const char *base = strrchr(path, '/');
@@ -64,84 +144,37 @@ int trace_load(const char *path, trace_t *t) {
     fprintf(stderr, "xseg-bench: cannot open trace %s: %s\n", path, strerror(errno));
     return -1;
   }
-  size_t cap = 0;
-  idmap_t ids = {0};
-  uint8_t *live = NULL; /* per slot */
-  uint64_t *size = NULL;
-  size_t slotcap = 0;
-  uint64_t cur = 0;
+  loader_t L;
+  memset(&L, 0, sizeof L);
   char line[256];
   size_t lineno = 0;
   int rc = 0;
-  while (fgets(line, sizeof line, f)) {
+  while (rc == 0 && fgets(line, sizeof line, f)) {
     lineno++;
     char *p = line;
     while (*p == ' ' || *p == '\t') p++;
     if (*p == '#' || *p == '\n' || *p == 0) continue;
-    char op;
-    unsigned long long id, a = 0, b = 0;
-    int n = sscanf(p, "%c %llu %llu %llu", &op, &id, &a, &b);
-    ev_t e = {0};
-    if (op == 'a' && n >= 3) { /* 0 bytes is allowed: xseg_malloc(0) records it */
-      e.alloc = 1;
-      e.bytes = a;
-      e.stream = n >= 4 ? (uint8_t)(b < 255 ? b : 255) : 0;
-    } else if (op == 'f' && n >= 2) {
-      e.alloc = 0;
-      e.stream = n >= 3 ? (uint8_t)(a < 255 ? a : 255) : 0;
-    } else {
+    ev_t e;
+    unsigned long long id = 0;
+    if (parse_line(p, &e, &id) != 0) {
       fprintf(stderr, "xseg-bench: %s:%zu: malformed line\n", path, lineno);
       rc = -1;
-      break;
+    } else if (account(&L, t, &e, id, path, lineno) != 0) {
+      rc = -1;
+    } else if (append(&L, t, &e) != 0) {
+      fprintf(stderr, "xseg-bench: out of memory reading %s\n", path);
+      rc = -1;
     }
-    uint32_t *slot = idmap_slot(&ids, id, e.alloc);
-    if (e.alloc) {
-      if (*slot == UINT32_MAX) {
-        *slot = (uint32_t)t->nslots++;
-        if (t->nslots > slotcap) {
-          slotcap = slotcap ? slotcap * 2 : 1024;
-          live = realloc(live, slotcap);
-          size = realloc(size, slotcap * 8);
-        }
-        live[*slot] = 0;
-      }
-      if (live[*slot]) {
-        fprintf(stderr, "xseg-bench: %s:%zu: id %llu allocated while live\n", path, lineno, id);
-        rc = -1;
-        break;
-      }
-      live[*slot] = 1;
-      size[*slot] = e.bytes;
-      cur += e.bytes;
-      if (cur > t->peak_live) t->peak_live = cur;
-      t->allocs++;
-    } else {
-      if (!slot || *slot == UINT32_MAX || !live[*slot]) {
-        fprintf(stderr, "xseg-bench: %s:%zu: free of id %llu, which is not live\n", path, lineno, id);
-        rc = -1;
-        break;
-      }
-      live[*slot] = 0;
-      cur -= size[*slot];
-      t->frees++;
-    }
-    e.slot = *slot;
-    if (e.stream + 1 > t->nstreams) t->nstreams = e.stream + 1;
-    if (t->nev == cap) {
-      cap = cap ? cap * 2 : 4096;
-      t->ev = realloc(t->ev, cap * sizeof *t->ev);
-    }
-    t->ev[t->nev++] = e;
   }
   if (rc == 0 && ferror(f)) { /* a directory, or an I/O error */
     fprintf(stderr, "xseg-bench: cannot read trace %s: %s\n", path, strerror(errno));
     rc = -1;
   }
   fclose(f);
-  free(ids.keys);
-  free(ids.vals);
-  free(live);
-  free(size);
+  free(L.ids.keys);
+  free(L.ids.vals);
+  free(L.live);
+  free(L.size);
   if (rc) trace_free(t);
   return rc;
 }
