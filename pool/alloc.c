@@ -40,7 +40,10 @@ int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *
   if (cfg->verbose)
     fprintf(stderr, "xseg: device %d (%s): %s mode%s; granularity %zu KiB, %zu MiB, limit %zu MiB\n", id,
             d->vmm.name, d->strat->name,
-            cfg->expandable && !d->vmm.vmm ? " (the device does not support virtual memory management)" : "",
+            cfg->expandable && !d->vmm.vmm
+                ? " (the device does not support virtual memory management, which needs CUDA 10.2's driver "
+                  "(440) or later and a device reporting CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)"
+                : "",
             d->vmm.gran >> 10, d->vmm.total >> 20, d->vmm.limit >> 20);
   d->large_page = cfg->page_size ? xs_round_up(cfg->page_size, d->vmm.gran) : 0;
   for (int i = 0; i < XS_ROUNDUP_BINS; i++) d->roundup |= cfg->roundup_div[i] > 1;

@@ -114,8 +114,13 @@ static int init_locked(const char *conf, int source) {
   if (rc == 0 && !devs) rc = xs_error(XSEG_ENOMEM, "out of host memory");
   if (rc == 0 && cfg.trace_file[0]) rc = xs_trace_open(cfg.trace_file);
   if (rc != 0) {
-    snprintf(msg, sizeof msg, "xseg: cannot start the %s backend: %s",
-             cfg.backend == XS_BACKEND_HOST ? "host" : "cuda", xseg_last_error());
+    /* Without a driver or a GPU, say where to go: the host backend runs
+     * everything but GPU kernels. */
+    int no_gpu = cfg.backend == XS_BACKEND_CUDA && (rc == XSEG_ENODRIVER || rc == XSEG_ENODEV);
+    snprintf(msg, sizeof msg, "xseg: cannot start the %s backend: %s%s",
+             cfg.backend == XS_BACKEND_HOST ? "host" : "cuda", xseg_last_error(),
+             no_gpu ? ". To run without a GPU (tests, CI, simulation), use the host backend: "
+                      "XSEG_ALLOC_CONF=backend:host" : "");
     free(devs);
     if (be) be->destroy(be);
     return init_fail(rc, msg);

@@ -144,7 +144,8 @@ static void drv_load(void) {
 #undef CU_RESOLVE
   if (missing != NULL) {
     snprintf(drv_msg, sizeof drv_msg,
-             "libcuda.so.1 has no %s: the NVIDIA driver is too old for xseg", missing);
+             "libcuda.so.1 has no %s: the NVIDIA driver is too old for xseg, which needs the virtual "
+             "memory API of CUDA 10.2 (driver 440 or later; CUDA 11.0's driver 450 for sharing memory)", missing);
     memset(&cu, 0, sizeof cu);
     dlclose(lib); /* nothing from it is used */
     drv_rc = XSEG_ENODRIVER;

@@ -933,6 +933,18 @@ pybind11::dict test_stats(int device) {
   return out;
 }
 
+/* ns per allocate + free of n bytes through torch's current CUDA allocator
+ * interface (what at::empty calls), after a warm-up: the allocator's own
+ * cost without Python's, whichever allocator is current. */
+double alloc_pair_ns(size_t n, int64_t reps) {
+  CCA::CUDAAllocator* a = CCA::get();
+  for (int i = 0; i < 1000; i++) a->allocate(n);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < reps; i++) a->allocate(n); /* the DataPtr frees at once */
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(reps);
+}
+
 } // namespace xs_torch
 
 PYBIND11_MODULE(_torch, m) {
@@ -957,5 +969,6 @@ PYBIND11_MODULE(_torch, m) {
     }
   });
   m.def("_test_free", &xs_torch::test_free);
+  m.def("_alloc_pair_ns", &xs_torch::alloc_pair_ns, pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("_test_stats", &xs_torch::test_stats);
 }

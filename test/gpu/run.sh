@@ -13,6 +13,7 @@
 #          and under xseg (torch_api.py, keys compared); an unchanged Hugging Face
 #          fine-tune and an OOM back-off script with and without XSEG_ALLOC_CONF
 #          (losses compared bit for bit); torch.empty latency, alternating
+#   latency torch.empty + drop under both allocators, alternating
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
 #   ab     the cached-pair latency of this tree against BASE_TAR (a source
@@ -89,6 +90,15 @@ install_python() {
 xseg_env() { env -u PYTHONPATH XSEG_ALLOC_CONF="${XSEG_CONF:-}" "$@"; }
 native_env() { env -u PYTHONPATH -u XSEG_ALLOC_CONF "$@"; }
 
+if want latency; then
+  install_python || rc=1
+  log "torch.empty + drop and the c10 interface, ns per pair (alternating, fresh processes, one core)"
+  for round in 1 2 3 4 5; do
+    native_env taskset -c 3 python3 test/gpu/torch_latency.py | tee -a "$OUT/latency.jsonl"
+    xseg_env taskset -c 3 python3 test/gpu/torch_latency.py | tee -a "$OUT/latency.jsonl"
+  done
+fi
+
 if want torch; then
   install_python || rc=1
   export PYTHONUNBUFFERED=1
@@ -122,11 +132,6 @@ sys.exit(0 if same or name == "oom_backoff" and n["batch"] != x["batch"] else 1)
 PY
   done
   grep -c "GPU reserved memory" /tmp/hf_finetune-xseg.err | sed 's/^/memory_summary tables logged under xseg: /'
-  log "torch.empty + drop, ns per pair (alternating, fresh processes)"
-  for round in 1 2 3; do
-    native_env python3 test/gpu/torch_latency.py | tee -a "$OUT/latency.jsonl"
-    xseg_env python3 test/gpu/torch_latency.py | tee -a "$OUT/latency.jsonl"
-  done
 fi
 
 if want train; then
@@ -189,6 +194,7 @@ walk(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]))' "/tmp/$name
   done
 fi
 
-tar -C "$OUT" -czf "$OUT/logs.tgz" cmake.log ctest-host.txt 2>/dev/null && rm -f "$OUT/cmake.log" "$OUT/ctest-host.txt"
+# The device tool returns at most 8 files: everything in one archive.
+(cd "$OUT" && tar -czf /tmp/all.tgz --exclude=all.tgz . && find . -mindepth 1 -delete && mv /tmp/all.tgz all.tgz)
 log "done (rc=$rc)"
 exit $rc

@@ -6,8 +6,12 @@
 
 For each size, `torch.empty(n, device="cuda")` and dropping the tensor, in
 a loop after a warm-up (the block is cached after the first pair): the
-median over 15 batches of 20,000 pairs, in ns per pair, printed as one JSON
-line.  run.sh runs the two allocators alternately in fresh processes.
+median over 15 batches of 20,000 pairs, in ns per pair.  Python's own cost
+is most of that and varies between processes, so the same pairs are also
+timed in C++ through torch's allocator interface (CUDAAllocator::allocate
+and the DataPtr's deleter, what at::empty calls; xseg._torch._alloc_pair_ns,
+which measures whichever allocator is current).  One JSON line; run.sh runs
+the two allocators alternately in fresh processes.
 """
 import json
 import statistics
@@ -30,11 +34,14 @@ def pairs_ns(n, reps):
 
 
 def main():
+    from xseg import _torch  # the timer only: it does not install anything
+
     out = {"allocator": torch.cuda.get_allocator_backend(), "torch": torch.__version__}
     torch.empty(1, device="cuda")
     for n in SIZES:
         pairs_ns(n, 2000)  # warm: the block is cached, the code paths hot
-        out[str(n)] = statistics.median(pairs_ns(n, 20000) for _ in range(15))
+        out["py_%d" % n] = statistics.median(pairs_ns(n, 20000) for _ in range(15))
+        out["c10_%d" % n] = statistics.median(_torch._alloc_pair_ns(n, 200000) for _ in range(15))
     torch.cuda.synchronize()
     print(json.dumps(out))
     return 0
