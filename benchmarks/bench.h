@@ -46,6 +46,21 @@ typedef struct replay_s {
   uint64_t held_peak; /* xseg's held_bytes.peak (xseg replays only) */
 } replay_t;
 
+/* ---- passes (passes.c) ----------------------------------------------------------------- */
+
+/* One pass of a trace: its wall time and the driver work within it. */
+typedef struct pass_s {
+  double seconds;
+  size_t failed;                  /* allocations that failed */
+  long long create, release, map, unmap, access, conversions, grows, converted_pages;
+  long long driver_ns;            /* time in create, release, map, unmap, set access */
+} pass_t;
+
+/* Replay t npasses times in one process under conf (each pass frees what
+ * is left live at its end); out[k] is pass k.  0, or -1 if the library did
+ * not start. */
+int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out);
+
 /* ---- xseg replay and budgets (frag.c) -------------------------------------------------- */
 
 /* --lag K (host backend): stream work completes only every K events. */

@@ -452,6 +452,43 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
   return fails ? 1 : 0;
 }
 
+/* Each trace twice in one process (from empty, then warm) with room to
+ * spare: time per event and the driver work of each pass. */
+static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
+  printf("\n== passes: each trace twice in one process, room to spare (%s)\n",
+         o->gpu ? "GPU" : "host backend, 2 x the peak, at least 64 GiB");
+  printf("%-20s %4s %8s %9s %8s %7s %7s %7s %7s %7s %6s %6s %7s\n", "trace", "pass", "events", "ns/event", "driver",
+         "create", "release", "map", "unmap", "access", "grows", "conv", "c.pages");
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    const trace_t *t = &traces[i];
+    /* Room to spare: on the host backend twice the trace's peak, at least 64 GiB. */
+    char room[64];
+    size_t mb = (size_t)(t->peak_live >> 19) + 1;
+    snprintf(room, sizeof room, "host_capacity_mb:%zu", mb > 65536 ? mb : (size_t)65536);
+    char *c = run_conf(o, o->gpu ? NULL : room, NULL);
+    pass_t p[2];
+    memset(p, 0, sizeof p);
+    int r = replay_passes(t, c, 2, p);
+    free(c);
+    if (r != 0) return 1;
+    for (int k = 0; k < 2; k++) {
+      double ns = p[k].seconds * 1e9 / (double)t->nev;
+      double drv = p[k].seconds > 0 ? 100.0 * (double)p[k].driver_ns / (p[k].seconds * 1e9) : 0;
+      printf("%-20s %4d %8zu %9.0f %7.1f%% %7lld %7lld %7lld %7lld %7lld %6lld %6lld %7lld%s\n", k ? "" : t->name, k + 1,
+             t->nev, ns, drv, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access, p[k].grows,
+             p[k].conversions, p[k].converted_pages, p[k].failed ? "  (failures!)" : "");
+      jrec("\"trace\":\"%s\",\"pass\":%d,\"events\":%zu,\"ns_per_event\":%.1f,\"driver_ns\":%lld,\"create\":%lld,"
+           "\"release\":%lld,\"map\":%lld,\"unmap\":%lld,\"set_access\":%lld,\"grows\":%lld,\"conversions\":%lld,"
+           "\"converted_pages\":%lld,\"failed\":%zu",
+           t->name, k + 1, t->nev, ns, p[k].driver_ns, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access,
+           p[k].grows, p[k].conversions, p[k].converted_pages, p[k].failed);
+      rc |= p[k].failed != 0;
+    }
+  }
+  return rc;
+}
+
 /* Memory over time for one trace, for both xseg modes on the host backend:
  * live (requested) bytes from the trace, and xseg's allocated, mapped and
  * held bytes, in about 400 samples, each the maximum over its interval.  The budget is generous (twice the
@@ -609,7 +646,7 @@ static const struct {
   const char *name;
   int min, max; /* arguments; max -1: any number */
 } commands[] = {{"all", 0, 0},     {"micro", 0, 0}, {"latency", 0, 0}, {"scale", 0, 0},   {"growth", 0, 0},
-                {"threads", 0, 0}, {"frag", 0, -1}, {"replay", 1, 1},  {"timeline", 1, 1}};
+                {"threads", 0, 0}, {"frag", 0, -1}, {"replay", 1, 1},  {"timeline", 1, 1}, {"passes", 0, -1}};
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
 #define MAX_CONFS 16
@@ -754,7 +791,8 @@ static int run(opts_t *o, cli_t *cl) {
   int c = 0;
   while (c < NCOMMANDS && strcmp(cmd, commands[c].name)) c++;
   if (c == NCOMMANDS)
-    return usage_error("unknown command '%s' (all, micro, latency, scale, growth, threads, frag, replay, timeline)", cmd);
+    return usage_error("unknown command '%s' (all, micro, latency, scale, growth, threads, frag, replay, timeline, "
+                       "passes)", cmd);
   if (nargs < commands[c].min) return usage_error("%s needs a TRACE (a file, or a name in %s)", cmd, o->traces);
   if (commands[c].max >= 0 && nargs > commands[c].max)
     return usage_error("%s takes %s, not '%s'", cmd, commands[c].max ? "one TRACE" : "no arguments",
@@ -765,7 +803,8 @@ static int run(opts_t *o, cli_t *cl) {
 
   int all = !strcmp(cmd, "all"), micro = all || !strcmp(cmd, "micro");
   int frag = all || !strcmp(cmd, "frag"), one = !strcmp(cmd, "replay") || !strcmp(cmd, "timeline");
-  if (frag || one) {
+  int passes = !strcmp(cmd, "passes");
+  if (frag || one || passes) {
     /* replay and timeline take the whole trace, also with --quick */
     rc = load_traces(o, o->quick && frag, args, nargs, &o->loaded, &o->nloaded);
     if (rc) return rc;
@@ -787,6 +826,10 @@ static int run(opts_t *o, cli_t *cl) {
   if (frag) rc |= cmd_frag(o, o->loaded, o->nloaded);
   if (!strcmp(cmd, "replay")) rc |= cmd_replay(o, &o->loaded[0]);
   if (!strcmp(cmd, "timeline")) rc |= cmd_timeline(o, &o->loaded[0]);
+  if (passes) {
+    jsection("passes");
+    rc |= cmd_passes(o, o->loaded, o->nloaded);
+  }
   if (jf) {
     fputs(jsec_open ? "]}\n" : "}\n", jf);
     fclose(jf);

@@ -128,6 +128,7 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out) {
     if (release(d, SIZE_MAX, 0) > 0) rc = new_segment(d, p, ssz, &seg);
   }
   if (rc != 0) return rc;
+  d->stats.num_grows++;
   *out = seg->head;
   return 0;
 }

@@ -68,7 +68,8 @@ static size_t new_chunk_max(const xs_device_t *d, const xs_segment_t *seg) {
 }
 
 static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
-static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed);
+static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed);
+static int tight(const xs_device_t *d);
 
 /* ---- unmapping wholly free chunks ----------------------------------------------------- */
 
@@ -215,7 +216,22 @@ typedef struct span_s {
   uintptr_t lo, hi;   /* the run */
   size_t cost;        /* bytes to map */
   int found;
+  int converts;       /* placing it would cover a large free chunk in part */
 } span_t;
+
+/* Would [x, x + size) cover in part a mapped chunk of several pages lying
+ * wholly inside the free run [lo, hi) (one that would have to be converted)? */
+static int span_converts(const xs_segment_t *seg, uintptr_t lo, uintptr_t hi, uintptr_t x, size_t size) {
+  const xs_vseg_t *vs = &seg->vs;
+  const uintptr_t ends[2] = {x, x + size - 1};
+  for (int i = 0; i < 2; i++) {
+    const xs_chunk_t *c = xs_vseg_chunk_at(vs, ends[i]);
+    if (c && c->size > vs->page && (c->addr < x || c->addr + c->size > x + size) && c->addr >= lo &&
+        c->addr + c->size <= hi)
+      return 1;
+  }
+  return 0;
+}
 
 /* Bytes that must be mapped to place [s, e) starting at block b. */
 static size_t span_cost(const xs_block_t *b, uintptr_t s, uintptr_t e, size_t page) {
@@ -229,24 +245,31 @@ static size_t span_cost(const xs_block_t *b, uintptr_t s, uintptr_t e, size_t pa
   return cost;
 }
 
-/* Consider every start of the run first..last for a request of size. */
-static void consider_run(xs_block_t *first, xs_block_t *last, size_t size, span_t *best) {
+/* Consider every start of the run first..last for a request of size: the
+ * fewest bytes to map, then the smallest run, then the lowest address.
+ * With `cheap` (memory is plentiful), first of all no conversion: mapping
+ * fresh pages costs a handle or two, converting a large chunk a handle a
+ * page. */
+static void consider_run(xs_block_t *first, xs_block_t *last, size_t size, int cheap, span_t *best) {
   uintptr_t lo = first->addr, hi = xs_block_end(last);
   if (hi - lo < size) return;
   size_t page = first->seg->vs.page;
   for (xs_block_t *b = first; b && b->addr + size <= hi; b = b->next) {
     size_t cost = span_cost(b, b->addr, b->addr + size, page);
-    int better = !best->found || cost < best->cost ||
-                 (cost == best->cost && (hi - lo < best->hi - best->lo ||
-                                         (hi - lo == best->hi - best->lo && b->addr < best->addr)));
+    int conv = cheap && span_converts(first->seg, lo, hi, b->addr, size);
+    int better = !best->found || conv < best->converts ||
+                 (conv == best->converts &&
+                  (cost < best->cost ||
+                   (cost == best->cost && (hi - lo < best->hi - best->lo ||
+                                           (hi - lo == best->hi - best->lo && b->addr < best->addr)))));
     if (better) {
-      *best = (span_t){first->seg, first->prev, b->addr, lo, hi, cost, 1};
+      *best = (span_t){first->seg, first->prev, b->addr, lo, hi, cost, 1, conv};
     }
     if (b == last) break;
   }
 }
 
-static span_t find_span(xs_pool_t *p, size_t size) {
+static span_t find_span(xs_pool_t *p, size_t size, int cheap) {
   span_t best = {0};
   for (xs_block_t *u = xs_tree_first(&p->unmapped); u; u = xs_tree_next(u)) {
     /* Each run is visited from its leftmost unmapped block only. */
@@ -262,8 +285,8 @@ static span_t find_span(xs_pool_t *p, size_t size) {
     if (!leftmost) continue;
     xs_block_t *last = u;
     while (xs_block_is_free(last->next)) last = last->next;
-    consider_run(first, last, size, &best);
-    if (best.found && best.cost == 0) break;
+    consider_run(first, last, size, cheap, &best);
+    if (best.found && best.cost == 0 && !best.converts) break;
   }
   return best;
 }
@@ -312,7 +335,7 @@ static int convert_straddlers(xs_device_t *d, const span_t *sp, size_t size) {
     if (!b || b->state != XS_BLOCK_FREE || !b->mapped) continue;
     xs_chunk_t *c = pins_big(d, b, s, size);
     int changed = 0;
-    if (c && (convert(d, b, c, &changed) == 0 || changed)) n++;
+    if (c && (convert(d, b, c, s, e, &changed) == 0 || changed)) n++;
   }
   return n;
 }
@@ -441,12 +464,12 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
       trim_to(d, d->free_mapped > over ? d->free_mapped - over : 0, 1);
     }
   }
-  span_t sp = find_span(p, size);
+  span_t sp = find_span(p, size, !tight(d));
   if (!sp.found) {
     xs_segment_t *seg = NULL;
     int rc = new_segment(d, p, size, &seg);
     if (rc != 0) return rc;
-    sp = (span_t){seg, NULL, seg->vs.base, seg->vs.base, seg->vs.base + seg->vs.size, 0, 1};
+    sp = (span_t){seg, NULL, seg->vs.base, seg->vs.base, seg->vs.base + seg->vs.size, 0, 1, 0};
   }
   /* A new run starts at its low end (pages at the lowest address); whether
    * at the run's first byte or the next page boundary, xs_exp_place says. */
@@ -464,6 +487,7 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
   int folded;
   int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;
+  d->stats.num_grows++;
   *take = folded ? xs_round_up(sp.addr + size, page) - sp.addr : size;
   *out = span_block(&sp, *take);
   *addr = sp.addr;
@@ -493,13 +517,45 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
 
 static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vmm.limit / XS_PLENTIFUL; }
 
-static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed) {
+/* The handles chunk [ca, cb) is re-made as when a block takes [a, b) of
+ * it.  While memory is plentiful and the chunk is large (more than
+ * XS_PIECE_PAGES pages): the part before the block, the page holding the
+ * block's start if the block shares it, the pages the block fills, the page
+ * holding its end if shared, and the part after - at most five handles,
+ * each wholly under the block or wholly outside it, so every free page
+ * stays reclaimable; a later block that covers a part in part converts
+ * that part again.  Otherwise single pages, which never convert again.
+ * Writes the page-aligned ends of the pieces into cut[] and returns how
+ * many. */
+#define XS_PIECE_PAGES 16
+static int pieces(const xs_device_t *d, uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page,
+                  uintptr_t cut[5]) {
+  if (tight(d) || (cb - ca) / page <= XS_PIECE_PAGES) return 0; /* pages */
+  const uintptr_t m = page - 1;
+  const uintptr_t raw[5] = {a & ~m, (a + m) & ~m, b & ~m, (b + m) & ~m, cb};
+  int n = 0;
+  uintptr_t last = ca;
+  for (int i = 0; i < 5; i++) {
+    uintptr_t x = raw[i] < ca ? ca : raw[i] > cb ? cb : raw[i];
+    if (x > last) cut[n++] = last = x;
+  }
+  return n;
+}
+
+/* Re-make chunk c (wholly inside free block f) as smaller handles, so that a
+ * block placed at [a, b) covers each wholly or not at all (pieces()).
+ * Waits for the GPU to be done with c if it is not.  *changed says whether
+ * the blocks changed (the chunk was unmapped), even when the conversion
+ * then failed. */
+static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, uintptr_t b, int *changed) {
   xs_segment_t *seg = f->seg;
   const size_t page = seg->vs.page;
   const uintptr_t ca = c->addr, cb = c->addr + c->size;
   const size_t size = c->size;
   *changed = 0;
   if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
+  uintptr_t cut[5];
+  int n = pieces(d, ca, cb, a, b, page, cut);
   /* A block before the chunk that survives what follows: f itself if it
    * keeps a mapped part before the chunk, else its neighbour (live, or
    * unmapped and about to absorb the chunk's pages). */
@@ -512,13 +568,16 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, int *changed) {
    * made of.  (If the release fails it stays cached, and the mapping below
    * releases it or works around it.) */
   xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
-  /* Re-make it as page-sized handles.  (Pieces sized to the new block
-   * would cost fewer calls now, but their large remainders are covered in
-   * part again by the next different block, so the conversions never end;
-   * pages are never converted again, so each byte converts once.) */
   if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   uintptr_t done = ca;
-  rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, ca, cb, page, page, &done));
+  if (n == 0) {
+    rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, ca, cb, page, page, &done));
+  } else {
+    for (int i = 0; i < n && rc == 0 && done == (i ? cut[i - 1] : ca); i++) {
+      uintptr_t lo = i ? cut[i - 1] : ca;
+      rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, lo, cut[i], cut[i] - lo, cut[i] - lo, &done));
+    }
+  }
   if (done > ca) {
     xs_block_t *u = anchor ? anchor : seg->head;
     while (u && xs_block_end(u) <= ca) u = u->next;
@@ -564,8 +623,53 @@ static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c,
   return -1;
 }
 
+/* A place for `size` bytes inside pool p's mapped free memory that covers
+ * every large chunk it touches wholly, so that nothing has to be
+ * converted: the start of a free block or of a chunk in it, or a start
+ * that ends the block at a chunk's end; the first found, smallest free
+ * blocks first.  Only so many blocks and chunks are looked at, to bound
+ * the search.  A shape met before finds the chunks its earlier self left
+ * (docs/design.md, "Handle sizing"). */
+#define WHOLE_FIT_BLOCKS 32
+#define WHOLE_FIT_CHUNKS 512
+static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
+  int nb = 0;
+  for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && nb < WHOLE_FIT_BLOCKS; f = xs_tree_next(f), nb++) {
+    const xs_vseg_t *vs = &f->seg->vs;
+    const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
+    uintptr_t x = f0;
+    for (int k = 0; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++) {
+      if (!pins_big(d, f, x, size)) {
+        *out = (xs_fit_t){f, x, size, NULL};
+        return 1;
+      }
+      const xs_chunk_t *c = xs_vseg_chunk_at(vs, x);
+      const uintptr_t cend = c->addr + c->size;
+      /* Ending at this chunk's end, else starting at the next chunk. */
+      if (cend - x > size && cend - size >= f0 && !pins_big(d, f, cend - size, size)) {
+        *out = (xs_fit_t){f, cend - size, size, NULL};
+        return 1;
+      }
+      x = cend;
+    }
+  }
+  return 0;
+}
+
+/* The request's best fit would cover a large free chunk in part.  While
+ * memory is plentiful, converting that chunk (a handle per page) is the
+ * costly answer: first place the request where it covers whole chunks
+ * (whole_chunk_fit), else take fresh memory (one or two handles) and leave
+ * the chunk whole for a request of its own size.  1: *f holds the new
+ * place; 0: convert after all; -1: a growth attempt failed and may have
+ * moved pages, look again. */
+static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_fit_t *f) {
+  (void)may_grow;
+  return !tight(d) && whole_chunk_fit(d, p, size, f);
+}
+
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
-  int may_grow = 1; /* may take fresh memory rather than wait for the GPU */
+  int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
   for (;;) {
     xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL};
     int grown = f.b == NULL;
@@ -584,6 +688,14 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
      * page-sized ones first (once: pages are never converted again), and
      * the search starts over (docs/design.md, "Handle sizing"). */
     xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
+    if (c && !grown) {
+      int r = avoid_conversion(d, p, size, may_grow, &f);
+      if (r < 0) {
+        may_grow = 0;
+        continue;
+      }
+      if (r > 0) c = NULL;
+    }
     if (c && !xs_stream_safe(d, f.b->seg->pool->st, f.b->free_seq, 0)) {
       int r = pin_or_grow(d, p, size, c, may_grow && !grown, &f);
       if (r < 0) {
@@ -602,7 +714,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
      * Otherwise a failure fails the allocation: carving would pin the
      * handle, and retrying would meet the same refusal. */
     int changed;
-    int rc = convert(d, f.b, c, &changed);
+    int rc = convert(d, f.b, c, f.addr, f.addr + f.take, &changed);
     if (rc == 0 || (rc == XSEG_ENOMEM && changed)) continue;
     return rc;
   }

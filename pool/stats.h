@@ -47,6 +47,7 @@
 #define XS_STATS_COUNTERS(X)                                                                 \
   X(num_alloc_retries, "allocations that released cache or remapped pages and retried")      \
   X(num_ooms, "allocations that failed for lack of memory")                                  \
+  X(num_grows, "requests that mapped new memory (expandable) or a new segment (binned)")     \
   X(num_conversions, "large handles re-made as page-sized handles before a partial reuse")   \
   X(converted_bytes, "bytes of large handles converted to page-sized handles")               \
   X(num_fence_waits, "times the host waited for a stream before unmapping")                  \

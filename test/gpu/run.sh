@@ -14,6 +14,9 @@
 #          fine-tune and an OOM back-off script with and without XSEG_ALLOC_CONF
 #          (losses compared bit for bit); torch.empty latency, alternating
 #   latency torch.empty + drop under both allocators, alternating
+#   passes each trace twice, from empty then warm: time per event and driver
+#          calls (xseg-bench passes), and through PyTorch under three allocators
+#   resnet torchvision ResNet-50 with shapes changing every step, three allocators
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
 #   ab     the cached-pair latency of this tree against BASE_TAR (a source
@@ -156,6 +159,28 @@ if want ab; then
       $bin --backend cuda latency 2>&1 | grep -E "^ +[0-9]+ " | awk '{printf "%s=%s ", $1, $2} END {print ""}'
     done
   done | tee "$OUT/ab.txt"
+fi
+
+if want passes; then
+  log "passes: each trace twice, from empty then warm (xseg-bench on the GPU, then through PyTorch)"
+  mapfile -t traces < <(trace_paths)
+  ./build-gpu/benchmarks/xseg-bench --backend cuda --json "$OUT/passes-c.json" passes "${traces[@]}" 2>&1 | tee "$OUT/passes-c.txt" || rc=1
+  install_python || rc=1
+  [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
+  export PYTHONUNBUFFERED=1
+  native_env python3 test/gpu/torch_passes.py --json "$OUT/passes-native.json" "${traces[@]}" || rc=1
+  native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py --json "$OUT/passes-expandable.json" "${traces[@]}" || rc=1
+  xseg_env python3 test/gpu/torch_passes.py --json "$OUT/passes-xseg.json" "${traces[@]}" || rc=1
+fi
+
+if want resnet; then
+  install_python || rc=1
+  log "ResNet-50, shapes changing every step (two rounds, alternating)"
+  for round in 1 2; do
+    native_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
+    native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
+    xseg_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
+  done
 fi
 
 if want replay; then

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""torch_passes.py: what growing and shrinking cost through PyTorch.
+
+    python3 test/gpu/torch_passes.py [--json FILE] TRACE...                      # PyTorch's own
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py TRACE...
+    XSEG_ALLOC_CONF= python3 test/gpu/torch_passes.py TRACE...                   # xseg
+
+Each trace is replayed as torch.empty / drop on the event's stream twice:
+first from an empty allocator (torch.cuda.empty_cache() before it gives
+every cached byte back), then again with the cache as the first pass left
+it.  Prints microseconds per event for each pass (synchronised at the end),
+and, under xseg, the driver calls each pass made (xseg's counters).
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+
+from torch_replay import parse_trace  # noqa: E402 (same folder)
+
+
+def counters():
+    if torch.cuda.get_allocator_backend() != "xseg":
+        return {}
+    import xseg.torch as xt
+
+    s = xt.xseg_stats(0)
+    keys = ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access", "num_conversions",
+            "num_grows")
+    out = {k: s[k] for k in keys}
+    out["driver_ns"] = sum(s[k] for k in ("time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_ns",
+                                          "time_set_access_ns"))
+    return out
+
+
+def replay(events, streams):
+    live = {}
+    empty, u8 = torch.empty, torch.uint8
+    for op, ident, size, sn in events:
+        if op:
+            del live[ident]
+        elif sn:
+            with torch.cuda.stream(streams[sn]):
+                live[ident] = empty(size, dtype=u8, device="cuda")
+        else:
+            live[ident] = empty(size, dtype=u8, device="cuda")
+    live.clear()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("traces", nargs="+")
+    a = ap.parse_args()
+    torch.cuda.init()
+    name = torch.cuda.get_allocator_backend()
+    if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        name = "expandable"
+    rows = []
+    for path in a.traces:
+        events, peak = parse_trace(path)
+        nstreams = 1 + max((e[3] for e in events), default=0)
+        streams = [torch.cuda.current_stream()] + [torch.cuda.Stream() for _ in range(nstreams - 1)]
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        row = {"allocator": name, "trace": os.path.basename(path).rsplit(".", 1)[0], "events": len(events)}
+        for k in (1, 2):
+            c0 = counters()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            replay(events, streams)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            c1 = counters()
+            row["us_per_event_%d" % k] = dt * 1e6 / len(events)
+            if c0:
+                row["driver_%d" % k] = {x: c1[x] - c0[x] for x in c0}
+        row["reserved_peak_mib"] = torch.cuda.max_memory_reserved() / 2**20
+        torch.cuda.reset_peak_memory_stats()
+        rows.append(row)
+        d2 = row.get("driver_2", {})
+        calls = sum(d2.get(x, 0) for x in ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access"))
+        print("%-11s %-20s %8d events  from empty %7.2f us/event  warm %7.2f us/event%s" % (
+            name, row["trace"], len(events), row["us_per_event_1"], row["us_per_event_2"],
+            "  (warm pass: %d driver calls)" % calls if d2 else ""), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f)
+
+
+if __name__ == "__main__":
+    main()
