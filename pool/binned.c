@@ -136,10 +136,15 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out) {
 /* ---- the strategy -------------------------------------------------------------------- */
 
 static int bin_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
-  xs_block_t *b = xs_pool_fit(d, p, size);
   /* Oversize blocks are handed out unsplit, so, as PyTorch, an oversize
-   * request takes one only if little is wasted. */
-  if (b && size >= d->max_split && b->size >= size + XS_OVERSIZE_SLACK) b = NULL;
+   * request takes one only if little is wasted.  A request counts as
+   * oversize when the segment it would get is: otherwise a request just
+   * under max_split_size would make a segment that no request of its own
+   * size could use again, and a repeating workload would add one per
+   * pass. */
+  int oversize = size >= d->max_split || segment_size(d, size) >= d->max_split;
+  xs_block_t *b = oversize ? xs_tree_lower_bound(&p->free, size) : xs_pool_fit(d, p, size);
+  if (b && oversize && b->size >= size + XS_OVERSIZE_SLACK) b = NULL;
   if (!b) {
     int rc = grow(d, p, size, &b);
     if (rc != 0) return rc;

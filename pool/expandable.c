@@ -623,37 +623,69 @@ static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c,
   return -1;
 }
 
+/* How much of free block f a request of `size` bytes at addr takes: size,
+ * or, while memory is plentiful, up to the end of a large chunk that it
+ * covers but for the rest of the chunk's last page, if that rest is at
+ * most 1/XS_FOLD_DIV of the request.  This is the fold of growth (see
+ * grow()) met again: a repeated request lands on the chunk its earlier
+ * self folded, and takes it whole instead of converting it. */
+static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
+  const xs_vseg_t *vs = &f->seg->vs;
+  const uintptr_t end = addr + size;
+  if (f->seg->pool->cls != XS_LARGE || tight(d)) return size;
+  const xs_chunk_t *c = xs_vseg_chunk_at(vs, end - 1);
+  const uintptr_t cend = c->addr + c->size;
+  if (c->size > vs->page && c->addr >= addr && cend > end && cend - end < vs->page && cend <= xs_block_end(f) &&
+      cend - end <= size / XS_FOLD_DIV)
+    return cend - addr;
+  return size;
+}
+
 /* A place for `size` bytes inside pool p's mapped free memory that covers
  * every large chunk it touches wholly, so that nothing has to be
  * converted: the start of a free block or of a chunk in it, or a start
- * that ends the block at a chunk's end; the first found, smallest free
- * blocks first.  Only so many blocks and chunks are looked at, to bound
- * the search.  A shape met before finds the chunks its earlier self left
- * (docs/design.md, "Handle sizing"). */
+ * that ends the block at a chunk's end.  Of those, the one whose chunks
+ * exceed the request by the fewest bytes, and at once one that fits a
+ * chunk to within a page: a shape met before finds the chunk its earlier
+ * self left, and does not take a run of chunks that other shapes will
+ * want (docs/design.md, "Handle sizing").  Smallest free blocks first, and
+ * only so many blocks and chunks are looked at, to bound the search. */
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
+
+/* Bytes of the chunks under [x, x + size) beyond size. */
+static size_t whole_excess(const xs_vseg_t *vs, uintptr_t x, size_t size) {
+  const xs_chunk_t *lo = xs_vseg_chunk_at(vs, x), *hi = xs_vseg_chunk_at(vs, x + size - 1);
+  return hi->addr + hi->size - lo->addr - size;
+}
+
 static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
-  int nb = 0;
-  for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && nb < WHOLE_FIT_BLOCKS; f = xs_tree_next(f), nb++) {
+  const size_t page = d->vmm.gran;
+  size_t best = SIZE_MAX;
+  int steps = 0;
+  for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
     const xs_vseg_t *vs = &f->seg->vs;
     const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
     uintptr_t x = f0;
-    for (int k = 0; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++) {
-      if (!pins_big(d, f, x, size)) {
-        *out = (xs_fit_t){f, x, size, NULL};
-        return 1;
-      }
+    for (int k = 0; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
       const xs_chunk_t *c = xs_vseg_chunk_at(vs, x);
       const uintptr_t cend = c->addr + c->size;
-      /* Ending at this chunk's end, else starting at the next chunk. */
-      if (cend - x > size && cend - size >= f0 && !pins_big(d, f, cend - size, size)) {
-        *out = (xs_fit_t){f, cend - size, size, NULL};
-        return 1;
+      /* Starting here, else ending at this chunk's end. */
+      const uintptr_t at[2] = {x, cend - x > size && cend - size >= f0 ? cend - size : 0};
+      for (int i = 0; i < 2; i++) {
+        size_t take = at[i] ? fit_take(d, f, at[i], size) : 0;
+        if (!at[i] || pins_big(d, f, at[i], take)) continue;
+        size_t e = whole_excess(vs, at[i], take);
+        if (e < best) {
+          best = e;
+          *out = (xs_fit_t){f, at[i], take, NULL};
+          if (e < page) return 1;
+        }
       }
       x = cend;
     }
   }
-  return 0;
+  return best != SIZE_MAX;
 }
 
 /* The request's best fit would cover a large free chunk in part.  While
@@ -678,6 +710,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
       if (rc != 0) return rc;
     } else {
       f.addr = place(d, f.b, size);
+      f.take = fit_take(d, f.b, f.addr, size);
     }
     if (xs_slab_reserve(&d->slab, 2) != 0) {
       xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");

@@ -173,10 +173,26 @@ if want passes; then
   xseg_env python3 test/gpu/torch_passes.py --json "$OUT/passes-xseg.json" "${traces[@]}" || rc=1
 fi
 
+if want passes-ab; then
+  log "passes: this tree against ${BASE_TAR:-(no BASE_TAR)}, alternating"
+  rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
+    cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
+    cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
+  mapfile -t traces < <(trace_paths)
+  for round in 1 2; do
+    for which in base new; do
+      bin=./build-gpu/benchmarks/xseg-bench
+      [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
+      echo "## $which, round $round"
+      $bin --backend cuda --json "$OUT/passes-$which-$round.json" passes "${traces[@]}" 2>&1 | grep -v "^xseg-bench\|^config" || rc=1
+    done
+  done | tee "$OUT/passes-ab.txt"
+fi
+
 if want resnet; then
   install_python || rc=1
-  log "ResNet-50, shapes changing every step (two rounds, alternating)"
-  for round in 1 2; do
+  log "ResNet-50, shapes changing every step (${RESNET_ROUNDS:-2} rounds, alternating)"
+  for round in $(seq "${RESNET_ROUNDS:-2}"); do
     native_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
     native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
     xseg_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
