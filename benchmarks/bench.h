@@ -112,6 +112,11 @@ int bench_growth(const char *conf, size_t size, size_t total, growth_t *out);
 /* streams: one per thread (real CUDA streams on the GPU; any distinct
  * values on the host backend). */
 int bench_threads(const char *conf, int nthreads, int ops, void *const *streams, double *mops);
+/* nthreads threads, each allocating and freeing a steady mix; spread:
+ * thread i on device i, else all on device 0 (the contrast: one lock).
+ * *mops: allocations and frees per second, all threads, in millions. */
+#define XS_BENCH_MAX_DEVICES 64
+int bench_devices(const char *conf, int nthreads, int spread, int ops, double *mops);
 double pct(double *v, size_t n, double q);
 
 /* ---- configuration of the xseg runs (conf.c) ------------------------------------------- */

@@ -2,7 +2,8 @@
  *
  *   xseg-bench [OPTION...] [COMMAND [ARG...]]
  *
- * COMMAND is all (the default), micro (latency, scale, growth, threads),
+ * COMMAND is all (the default), micro (latency, scale, growth, threads,
+ * devices),
  * latency, scale, growth, threads, frag [TRACE...], replay TRACE, or
  * timeline TRACE (memory over time, for the plots).  Every section prints a
  * table to stdout and, with --json, a record per row into one JSON object
@@ -87,9 +88,9 @@ static void help(void) {
   printf("usage: xseg-bench [OPTION...] [COMMAND [ARG...]]\n"
          "\n"
          "Commands (default: all):\n"
-         "  all               latency, scale, growth, threads and frag\n"
-         "  micro             latency, scale, growth and threads\n"
-         "  latency, scale, growth, threads\n"
+         "  all               latency, scale, growth, threads, devices and frag\n"
+         "  micro             latency, scale, growth, threads and devices\n"
+         "  latency, scale, growth, threads, devices\n"
          "                    one of those sections\n"
          "  frag [TRACE...]   min-budget overhead of each trace (default: every trace in --traces)\n"
          "  replay TRACE      replay one trace through xseg and print its statistics\n"
@@ -329,6 +330,39 @@ static int cmd_threads(const opts_t *o) {
     }
     printf("%8d %14.2f\n", t, mops);
     jrec("\"threads\":%d,\"mops\":%.3f", t, mops);
+  }
+  free(c);
+  return rc;
+}
+
+/* Aggregate rate with one thread per device against the same threads on
+ * one device (one lock): whether devices ever wait on each other. */
+static int cmd_devices(const opts_t *o) {
+  char *c = run_conf(o, "host_devices:8", NULL);
+  int ndev = 0;
+  if (bench_init(c) == 0) {
+    ndev = xseg_device_count();
+    xseg_shutdown();
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("\n== devices: one thread per device, each allocating and freeing on its own device (%d device%s, %ld CPUs)\n",
+         ndev, ndev == 1 ? "" : "s", ncpu);
+  printf("%8s %14s %14s %10s %16s\n", "devices", "Mops/s", "per device", "scaling", "same, 1 device");
+  jsection("devices");
+  int rc = ndev > 0 ? 0 : 1;
+  double one = 0;
+  for (int n = 1; n <= ndev && n <= XS_BENCH_MAX_DEVICES && rc == 0; n *= 2) {
+    double spread = 0, shared = 0;
+    int ops = o->quick ? 20000 : 200000;
+    if (bench_devices(c, n, 1, ops, &spread) != 0 || bench_devices(c, n, 0, ops, &shared) != 0) {
+      rc = 1;
+      break;
+    }
+    if (n == 1) one = spread;
+    printf("%8d %14.2f %14.2f %9.2fx %16.2f%s\n", n, spread, spread / n, spread / one, shared,
+           n > ncpu ? "   (more threads than CPUs)" : "");
+    jrec("\"devices\":%d,\"mops\":%.3f,\"scaling\":%.3f,\"one_device_mops\":%.3f,\"cpus\":%ld", n, spread,
+         spread / one, shared, ncpu);
   }
   free(c);
   return rc;
@@ -646,7 +680,7 @@ static const struct {
   const char *name;
   int min, max; /* arguments; max -1: any number */
 } commands[] = {{"all", 0, 0},     {"micro", 0, 0}, {"latency", 0, 0}, {"scale", 0, 0},   {"growth", 0, 0},
-                {"threads", 0, 0}, {"frag", 0, -1}, {"replay", 1, 1},  {"timeline", 1, 1}, {"passes", 0, -1}};
+                {"threads", 0, 0}, {"devices", 0, 0}, {"frag", 0, -1}, {"replay", 1, 1},  {"timeline", 1, 1}, {"passes", 0, -1}};
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
 #define MAX_CONFS 16
@@ -791,8 +825,8 @@ static int run(opts_t *o, cli_t *cl) {
   int c = 0;
   while (c < NCOMMANDS && strcmp(cmd, commands[c].name)) c++;
   if (c == NCOMMANDS)
-    return usage_error("unknown command '%s' (all, micro, latency, scale, growth, threads, frag, replay, timeline, "
-                       "passes)", cmd);
+    return usage_error("unknown command '%s' (all, micro, latency, scale, growth, threads, devices, frag, replay, "
+                       "timeline, passes)", cmd);
   if (nargs < commands[c].min) return usage_error("%s needs a TRACE (a file, or a name in %s)", cmd, o->traces);
   if (commands[c].max >= 0 && nargs > commands[c].max)
     return usage_error("%s takes %s, not '%s'", cmd, commands[c].max ? "one TRACE" : "no arguments",
@@ -823,6 +857,7 @@ static int run(opts_t *o, cli_t *cl) {
   if (micro || !strcmp(cmd, "scale")) rc |= cmd_scale(o);
   if (micro || !strcmp(cmd, "growth")) rc |= cmd_growth(o);
   if (micro || !strcmp(cmd, "threads")) rc |= cmd_threads(o);
+  if (micro || !strcmp(cmd, "devices")) rc |= cmd_devices(o);
   if (frag) rc |= cmd_frag(o, o->loaded, o->nloaded);
   if (!strcmp(cmd, "replay")) rc |= cmd_replay(o, &o->loaded[0]);
   if (!strcmp(cmd, "timeline")) rc |= cmd_timeline(o, &o->loaded[0]);

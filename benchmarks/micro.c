@@ -1,4 +1,5 @@
-/* benchmarks/micro.c: latency, scaling with live blocks, growth and threads.
+/* benchmarks/micro.c: latency, scaling with live blocks, growth, threads and
+ * devices.
  *
  * Timing method (docs/benchmarks.md): CLOCK_MONOTONIC around batches of
  * operations, the batch time divided by its size is one sample; medians and
@@ -215,6 +216,72 @@ int bench_threads(const char *conf, int nthreads, int ops, void *const *streams,
   }
   *mops = (double)nthreads * ops * 2 / dt / 1e6; /* an alloc and a free per op */
   int rc = xseg_check_heap(0);
+  xseg_shutdown();
+  return rc;
+}
+
+/* ---- devices: one thread per device ------------------------------------------------------ */
+
+#define DEV_RING 32
+
+typedef struct dworker_s {
+  int dev, ops;
+  pthread_barrier_t *start;
+  double seconds;
+  long failed;
+} dworker_t;
+
+/* A steady mix on one device: 32 blocks live, the oldest freed before each
+ * new one; three in four small (up to 64 KiB), the rest up to 4 MiB. */
+static void *device_worker(void *arg) {
+  dworker_t *w = arg;
+  void *ring[DEV_RING] = {0};
+  uint64_t r = 0x51ED + (uint64_t)w->dev * 7919;
+  pthread_barrier_wait(w->start);
+  double t0 = now_s();
+  for (int i = 0; i < w->ops; i++) {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    size_t sz = (r >> 40) % 4 ? 512 + r % (64 * 1024) : 512 + r % (4u << 20);
+    int k = i % DEV_RING;
+    if (ring[k]) xseg_free(ring[k]);
+    ring[k] = xseg_malloc(sz, w->dev, NULL);
+    if (!ring[k]) w->failed++;
+  }
+  w->seconds = now_s() - t0;
+  for (int k = 0; k < DEV_RING; k++) xseg_free(ring[k]);
+  return NULL;
+}
+
+int bench_devices(const char *conf, int nthreads, int spread, int ops, double *mops) {
+  if (bench_init(conf) != 0) return -1;
+  if (spread && xseg_device_count() < nthreads) {
+    fprintf(stderr, "xseg-bench: devices: %d threads need %d devices, %d present\n", nthreads, nthreads,
+            xseg_device_count());
+    xseg_shutdown();
+    return -1;
+  }
+  dworker_t w[XS_BENCH_MAX_DEVICES];
+  pthread_t th[XS_BENCH_MAX_DEVICES];
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, (unsigned)nthreads);
+  for (int i = 0; i < nthreads; i++) {
+    w[i] = (dworker_t){spread ? i : 0, ops, &start, 0, 0};
+    pthread_create(&th[i], NULL, device_worker, &w[i]);
+  }
+  double slowest = 0;
+  long failed = 0;
+  for (int i = 0; i < nthreads; i++) {
+    pthread_join(th[i], NULL);
+    if (w[i].seconds > slowest) slowest = w[i].seconds;
+    failed += w[i].failed;
+  }
+  pthread_barrier_destroy(&start);
+  *mops = (double)nthreads * ops * 2 / slowest / 1e6; /* an alloc and a free per op */
+  int rc = failed ? -1 : 0;
+  if (failed) fprintf(stderr, "xseg-bench: devices: %ld allocations failed: %s\n", failed, xseg_last_error());
+  for (int i = 0; i < (spread ? nthreads : 1) && rc == 0; i++) rc = xseg_check_heap(i);
   xseg_shutdown();
   return rc;
 }

@@ -56,14 +56,16 @@ static int do_free(xs_device_t *d, xs_block_t *b, void *arg) {
 }
 
 /* Find the live block of p on some device and run fn on it under that
- * device's lock; or explain why p is not a live pointer. */
+ * device's lock; or explain why p is not a live pointer.  Only devices
+ * whose address range holds p are locked (xs_device_may_own): a thread
+ * freeing on one GPU never waits for another GPU's lock. */
 static int with_live_block(void *ptr, const char *what, int (*fn)(xs_device_t *, xs_block_t *, void *),
                            void *arg) {
   if (xs_ensure_init() != 0) return xseg_last_error_code();
   uintptr_t p = (uintptr_t)ptr;
   for (int i = 0; i < xs_ndevices(); i++) {
     xs_device_t *d = xs_device_ready(i);
-    if (!d) continue;
+    if (!d || !xs_device_may_own(d, p)) continue;
     pthread_mutex_lock(&d->lock);
     /* A free takes the block out of the map in the same probe. */
     xs_block_t *b = fn == do_free ? xs_ptrmap_take(&d->live, p) : xs_find_live(d, p);
@@ -284,7 +286,7 @@ int xseg_base_allocation(void *ptr, void **base, size_t *size) {
   if (xs_ensure_init() != 0) return xseg_last_error_code();
   for (int i = 0; i < xs_ndevices(); i++) {
     xs_device_t *d = xs_device_ready(i);
-    if (!d) continue;
+    if (!d || !xs_device_may_own(d, (uintptr_t)ptr)) continue;
     pthread_mutex_lock(&d->lock);
     xs_block_t *b = xs_live_block_at(d, (uintptr_t)ptr);
     if (b) {

@@ -207,6 +207,7 @@ void xs_segment_adopt(xs_device_t *d, xs_pool_t *p, xs_segment_t *seg, int mappe
   if (p->segs) p->segs->prev = seg;
   p->segs = seg;
   p->nsegs++;
+  xs_owners_add(d->id, seg->vs.base, seg->vs.base + seg->vs.size);
   b->addr = seg->vs.base;
   b->size = seg->vs.size;
   b->seg = seg;

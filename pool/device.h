@@ -137,8 +137,11 @@ typedef struct xs_private_s {
 
 /* ---- the device allocator ---------------------------------------------------- */
 
+/* Devices sit in one array, each on cache lines of its own (the lock of
+ * one device never shares a line with the counters of the next). */
+#define XS_CACHE_LINE 64
 struct xs_device_s {
-  pthread_mutex_t lock;        /* the one lock of this device; taken in pool/api.c only */
+  _Alignas(XS_CACHE_LINE) pthread_mutex_t lock; /* the one lock of this device; taken in pool/api.c only */
   int id;
   int ready;                   /* initialised */
   const xs_strategy_t *strat;  /* where memory comes from */
@@ -169,6 +172,22 @@ struct xs_device_s {
   size_t max_split;            /* max_split_size_mb in effect (auto resolved) */
   xs_stats_t stats;            /* the allocator's own; the physical layer's are in vmm.st */
 };
+
+/* owners.c: which device's segments an address may lie in, read without
+ * any lock, so that a free takes no other device's lock (pool/api.c).
+ * Addresses are looked up by 2 MiB granule.  An entry is set when a
+ * segment is made, before any pointer in it is handed out, and never
+ * cleared; a granule that two devices ever used reads XS_OWNER_ANY. */
+#define XS_OWNER_NONE (-1) /* no segment was ever made there */
+#define XS_OWNER_ANY (-2)  /* any device: look in each */
+void xs_owners_add(int device, uintptr_t lo, uintptr_t hi);
+int xs_owner_of(uintptr_t addr);
+void xs_owners_reset(void); /* at shutdown, with no other thread in xseg */
+/* May `addr` lie in a segment of device `device`? */
+static inline int xs_device_may_own(const xs_device_t *d, uintptr_t addr) {
+  int o = xs_owner_of(addr);
+  return o == d->id || o == XS_OWNER_ANY;
+}
 
 /* alloc.c: the policy common to both strategies */
 int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *cfg);

@@ -110,7 +110,8 @@ static int init_locked(const char *conf, int source) {
   int n = 0;
   if (rc == 0) rc = xs_error_vmm(xs_vmm_device_count(be, &n));
   if (rc == 0 && n <= 0) rc = xs_error(XSEG_ENODEV, "no %s device found", cfg.backend == XS_BACKEND_HOST ? "host" : "CUDA");
-  xs_device_t *devs = rc == 0 ? calloc((size_t)n, sizeof *devs) : NULL;
+  xs_device_t *devs = rc == 0 ? aligned_alloc(XS_CACHE_LINE, (size_t)n * sizeof *devs) : NULL;
+  if (devs) memset(devs, 0, (size_t)n * sizeof *devs);
   if (rc == 0 && !devs) rc = xs_error(XSEG_ENOMEM, "out of host memory");
   if (rc == 0 && cfg.trace_file[0]) rc = xs_trace_open(cfg.trace_file);
   if (rc != 0) {
@@ -253,6 +254,7 @@ static void shutdown_locked(void) {
       pthread_mutex_destroy(&d->lock);
     }
     free(g_devs);
+    xs_owners_reset();
     xs_trace_close();
     g_be->destroy(g_be);
   }

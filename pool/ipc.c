@@ -110,7 +110,7 @@ int xseg_ipc_export(void *ptr, void *buf, size_t *len, size_t *offset) {
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   for (int i = 0; i < xs_ndevices(); i++) {
     xs_device_t *d = xs_device_ready(i);
-    if (!d) continue;
+    if (!d || !xs_device_may_own(d, (uintptr_t)ptr)) continue;
     pthread_mutex_lock(&d->lock);
     xs_block_t *b = xs_live_block_at(d, (uintptr_t)ptr);
     int rc = b ? export_locked(d, b, buf, len, offset) : -1;
