@@ -41,7 +41,10 @@
   X(CtxPushCurrent, cuCtxPushCurrent_v2)              \
   X(CtxPopCurrent, cuCtxPopCurrent_v2)               \
   X(MemAlloc, cuMemAlloc_v2)                          \
-  X(MemFree, cuMemFree_v2)
+  X(MemFree, cuMemFree_v2)                            \
+  X(ModuleLoadData, cuModuleLoadData)                 \
+  X(ModuleGetFunction, cuModuleGetFunction)           \
+  X(LaunchKernel, cuLaunchKernel)
 
 #define GPU_DECLARE(field, sym) __typeof__(&sym) field;
 static struct {

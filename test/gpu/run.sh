@@ -2,7 +2,7 @@
 # test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
 # in one call.  Results and logs go to $OUT (default ./gpu-out).
 #
-#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [replay] [record] [quick]
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [resnet] [dist] [replay] [record] [quick]
 #
 #   tests  the ctest suite: GPU tests (label gpu) and the host tests
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
@@ -21,6 +21,11 @@
 #          (torch_compare.py)
 #   ab     the cached-pair latency of this tree against BASE_TAR (a source
 #          archive of an earlier commit, carried), built alike, run alternately
+#   dist   torchrun DDP and FSDP2 on 2 GPUs (torch_dist.py) under native,
+#          expandable segments and xseg: losses compared bit for bit, per-rank
+#          NVML peaks, step times, all_reduce bandwidth on each allocator's
+#          memory, NCCL_DEBUG lines; skipped with fewer than 2 GPUs
+#          (DIST_SMOKE=1: one rank, to check the scripts)
 #   replay min-budget overhead of every shipped trace replayed through PyTorch
 #          (torch_replay.py): native, expandable segments, xseg as pluggable
 #          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces)
@@ -197,6 +202,63 @@ if want resnet; then
     native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
     xseg_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
   done
+fi
+
+if want dist; then
+  install_python || rc=1
+  export PYTHONUNBUFFERED=1
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  ranks=2
+  if ((ngpu < 2)); then
+    echo "dist: $ngpu GPU(s) here; the DDP and FSDP2 tests need 2: skipped"
+    ranks=0
+    [[ -n "${DIST_SMOKE:-}" ]] && { ranks=1; echo "dist: DIST_SMOKE: the same runs with one rank (checks the scripts, not NCCL between GPUs)"; }
+  fi
+  if ((ranks > 0)); then
+    log "torchrun, $ranks rank(s): DDP and FSDP2 under native, expandable segments and xseg"
+    for mode in ddp fsdp; do
+      for alloc in native expandable xseg; do
+        envs=(native_env)
+        [[ $alloc == expandable ]] && envs=(native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+        [[ $alloc == xseg ]] && envs=(xseg_env)
+        "${envs[@]}" NCCL_DEBUG=INFO timeout 300 torchrun --standalone --nproc_per_node="$ranks" test/gpu/torch_dist.py \
+          --mode "$mode" --steps "${DIST_STEPS:-30}" --allreduce-mib "${DIST_ALLREDUCE_MIB:-256}" \
+          >"$OUT/dist-$mode-$alloc.out" 2>"$OUT/dist-$mode-$alloc.log" || { rc=1; tail -15 "$OUT/dist-$mode-$alloc.log"; }
+        grep '^{' "$OUT/dist-$mode-$alloc.out" | tail -1 | tee -a "$OUT/dist.jsonl" | cut -c1-160
+      done
+    done
+    log "NCCL on each allocator's memory (NCCL_DEBUG=INFO lines on registration and transports)"
+    for f in "$OUT"/dist-*-*.log; do
+      echo "== $(basename "$f")"
+      grep -iE "regist|NVLS|cumem|via P2P|via SHM|via NET|user buffer|ubr" "$f" | sed 's/^[^ ]* [^ ]* //' | sort | uniq -c | sort -rn | head -12
+    done | tee "$OUT/dist-nccl.txt"
+    python3 - "$OUT/dist.jsonl" <<'PY' || rc=1
+import json, sys
+runs = {(r["mode"], r["allocator"]): r for r in map(json.loads, open(sys.argv[1]))}
+bad = 0
+for mode in ("ddp", "fsdp"):
+    n, e, x = (runs.get((mode, a)) for a in ("native", "expandable", "xseg"))
+    if not (n and e and x):
+        print("%s: a run is missing" % mode); bad = 1; continue
+    same = n["losses"] == x["losses"]
+    peak = {a: max(r["nvml_peak_mib"] for r in runs[(mode, a)]["ranks"]) for a in ("native", "expandable", "xseg")}
+    res = {a: max(r["max_reserved_mib"] for r in runs[(mode, a)]["ranks"]) for a in ("native", "expandable", "xseg")}
+    ms = {a: runs[(mode, a)]["step_ms_median"] for a in ("native", "expandable", "xseg")}
+    bw = {a: runs[(mode, a)]["allreduce_busbw_gbps"] for a in ("native", "expandable", "xseg")}
+    print("%s (%d ranks): losses equal to native bit for bit: %s (%d steps)" % (mode, x["world"], same, len(x["losses"])))
+    print("  per-rank peak, NVML (MiB):  " + "  ".join("%s %.0f" % kv for kv in peak.items()))
+    print("  max_memory_reserved (MiB):  " + "  ".join("%s %.0f" % kv for kv in res.items()))
+    print("  median step (ms):           " + "  ".join("%s %.2f" % kv for kv in ms.items()))
+    print("  all_reduce bus GB/s:        " + "  ".join("%s %.1f" % kv for kv in bw.items()))
+    if not same or not all(r["allreduce_correct"] for r in (n, e, x)):
+        bad = 1
+    if x["world"] > 1 and bw["xseg"] < 0.9 * bw["native"]:
+        print("  all_reduce on xseg's memory is slower than on PyTorch's: a slower NCCL path"); bad = 1
+    if mode == "fsdp" and x["world"] > 1 and peak["xseg"] >= peak["expandable"]:
+        print("  FSDP: xseg's per-rank peak is not below expandable segments'")
+sys.exit(bad)
+PY
+  fi
 fi
 
 if want replay; then

@@ -6,11 +6,13 @@
  * grow, shrink or remap; a memory cap (max_memory_mb) forces the remap path
  * with real cuMemUnmap/cuMemMap calls, and remapped blocks are written and
  * read in full.  Also: real streams with record_stream, empty_cache giving
- * the memory back to the driver, and - where there are two GPUs - peer
- * access to pages mapped before and after it was enabled.
+ * the memory back to the driver, a kernel reading xseg's memory, and -
+ * where there are two GPUs - peer access to pages mapped before and after
+ * it was enabled, through copies and through a kernel on the other GPU.
  */
 #include <stdlib.h>
 
+#include "count_other_ptx.h"
 #include "gpu_util.h"
 #include "testutil.h"
 
@@ -41,6 +43,51 @@ static int verify(void *p, size_t n, uint32_t tag) {
     done += k;
   }
   return 1;
+}
+
+/* The 32-bit words of [p, p + 4 n) that differ from `want`, counted by a
+ * kernel (count_other.cu) launched in context ctx, which may be another
+ * GPU's: then every load is a peer load.  -1 if the kernel did not run. */
+static long kernel_count_other(CUcontext ctx, const void *p, size_t n, uint32_t want) {
+  static CUcontext ctxs[4];
+  static CUfunction fns[4];
+  static int nfns;
+  CUcontext popped;
+  if (gpu.CtxPushCurrent(ctx) != CUDA_SUCCESS) return -1;
+  CUfunction fn = NULL;
+  for (int i = 0; i < nfns; i++)
+    if (ctxs[i] == ctx) fn = fns[i];
+  CUmodule mod;
+  if (!fn && nfns < 4 && gpu.ModuleLoadData(&mod, count_other_ptx) == CUDA_SUCCESS &&
+      gpu.ModuleGetFunction(&fn, mod, "xseg_count_other") == CUDA_SUCCESS) {
+    ctxs[nfns] = ctx;
+    fns[nfns++] = fn;
+  }
+  long out = -1;
+  CUdeviceptr bad = 0;
+  if (fn && gpu.MemAlloc(&bad, 4) == CUDA_SUCCESS) {
+    const void *src = p;
+    unsigned long long words = n;
+    unsigned w = want;
+    void *args[] = {&src, &words, &w, &bad};
+    uint32_t count = 0;
+    if (gpu.MemsetD32(bad, 0, 1) == CUDA_SUCCESS &&
+        gpu.LaunchKernel(fn, 264, 1, 1, 256, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS &&
+        gpu.CtxSynchronize() == CUDA_SUCCESS && gpu.MemcpyDtoH(&count, bad, 4) == CUDA_SUCCESS)
+      out = count;
+    gpu.MemFree(bad);
+  }
+  gpu.CtxPopCurrent(&popped);
+  return out;
+}
+
+/* A kernel sees what the driver wrote, in every block, and the check can
+ * fail: asked for another value it counts every word. */
+static void kernel_sees(CUcontext ctx, void *p, size_t n, uint32_t tag, const char *what) {
+  long same = kernel_count_other(ctx, p, n / 4, tag), other = kernel_count_other(ctx, p, n / 4, tag ^ 1u);
+  XT_CHECK_MSG(same == 0, "%s: a kernel found %ld of %zu words of %p wrong", what, same, n / 4, p);
+  XT_CHECK_MSG(other == (long)(n / 4), "%s: asked for another value, the kernel counted %ld of %zu words", what,
+               other, n / 4);
 }
 
 typedef struct live_s {
@@ -188,6 +235,30 @@ XT_TEST(empty_cache_returns_memory) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* A kernel reads blocks of every size class, on pages mapped by growth,
+ * and again after empty_cache gave them back and growth mapped new ones. */
+static void kernel_reads(const char *mode) {
+  char conf[128];
+  snprintf(conf, sizeof conf, "backend:cuda,%s", mode);
+  XT_REQUIRE(xseg_init(conf) == 0);
+  size_t sizes[] = {4 * KiB, 700 * KiB, 20 * MiB + 12345 * 4, 300 * MiB};
+  for (int round = 0; round < 2; round++) {
+    void *p[4];
+    for (int i = 0; i < 4; i++) {
+      XT_REQUIRE((p[i] = xseg_malloc(sizes[i], 0, NULL)) != NULL);
+      fill(p[i], sizes[i], 0x7100u + (unsigned)(round * 4 + i));
+    }
+    GPU_CHECK(gpu.CtxSynchronize());
+    for (int i = 0; i < 4; i++) kernel_sees(gpu.ctx, p[i], sizes[i], 0x7100u + (unsigned)(round * 4 + i), mode);
+    for (int i = 0; i < 4; i++) XT_CHECK_EQ(xseg_free(p[i]), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(kernel_reads_expandable) { kernel_reads("expandable_segments:True"); }
+XT_TEST(kernel_reads_binned) { kernel_reads("expandable_segments:False"); }
+
 /* Two GPUs: memory of GPU 0 written and read from GPU 1, for pages mapped
  * before peer access was enabled and after. */
 XT_TEST(peer_access) {
@@ -227,7 +298,13 @@ XT_TEST(peer_access) {
     GPU_CHECK(gpu.MemFree(tmp));
     GPU_CHECK(gpu.CtxPopCurrent(&popped));
   }
-  printf("  peer access: GPU 1 wrote and read GPU 0's memory mapped before and after enabling it\n");
+  /* A kernel on GPU 1 reads GPU 0's memory itself (peer loads, not copies). */
+  for (int k = 0; k < 2; k++) {
+    fill(bufs[k], sizes[k], 0xEF00u + (unsigned)k);
+    GPU_CHECK(gpu.CtxSynchronize());
+    kernel_sees(c1, bufs[k], sizes[k], 0xEF00u + (unsigned)k, k ? "peer, mapped after enabling" : "peer, mapped before");
+  }
+  printf("  peer access: GPU 1 wrote and read GPU 0's memory mapped before and after enabling it, by copies and by a kernel\n");
   XT_CHECK_EQ(xseg_free(bufs[0]), 0);
   XT_CHECK_EQ(xseg_free(bufs[1]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
@@ -242,6 +319,8 @@ int main(void) {
   XT_RUN(remap_touches_every_byte);
   XT_RUN(streams_and_record_stream);
   XT_RUN(empty_cache_returns_memory);
+  XT_RUN(kernel_reads_expandable);
+  XT_RUN(kernel_reads_binned);
   XT_RUN(peer_access);
   free(host);
   return XT_DONE();
