@@ -168,8 +168,15 @@ def main():
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # Deterministic mode, strict: a nondeterministic kernel raises instead
+    # of making losses differ for reasons that are not the allocator's.
+    # The fused attention kernels' backward passes are not deterministic:
+    # attention runs on the math kernels.
+    torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
+    for fused in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
+        if hasattr(torch.backends.cuda, fused):
+            getattr(torch.backends.cuda, fused)(False)
     sampler = NvmlPeak(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     losses, times = train(args, rank, local)
