@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The passes plot for docs/benchmarks.md, as SVG (no plotting library).
+
+    python3 benchmarks/plot_passes.py [RESULTS_DIR [OUT]]
+
+Reads gpu-h100-torch-passes-{native,expandable,xseg}.json from RESULTS_DIR
+(default benchmarks/results; written by test/gpu/torch_passes.py) and
+writes OUT (default docs/img/passes.svg): for each trace, microseconds per
+event through PyTorch from an empty allocator and on the warm second pass,
+one bar per allocator.
+"""
+import json
+import os
+import sys
+
+ALLOCATORS = (("native", "#7f7f7f", "PyTorch default"), ("expandable", "#1f77b4", "expandable segments"),
+              ("xseg", "#d62728", "xseg"))
+PASSES = (("us_per_event_1", "from empty"), ("us_per_event_2", "warm (second pass)"))
+
+
+def load(results):
+    runs = {}
+    for name, _, _ in ALLOCATORS:
+        with open(os.path.join(results, "gpu-h100-torch-passes-%s.json" % name)) as f:
+            for r in json.load(f):
+                runs.setdefault(r["trace"], {})[name] = r
+    return runs
+
+
+def panel(runs, key, title, y0, width, height):
+    traces = sorted(runs)
+    top = max(max(runs[t][a][key] for a, _, _ in ALLOCATORS) for t in traces)
+    top = (int(top / 5) + 1) * 5
+    left, plot_w, plot_h = 50, width - 70, height - 90
+    out = ['<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>' % (left, y0 + 18, title)]
+    base = y0 + 30 + plot_h
+    for v in range(0, top + 1, 5):
+        y = base - plot_h * v / top
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (left, left + plot_w, y, y))
+        out.append('<text x="%d" y="%.1f" font-size="10" text-anchor="end">%d</text>' % (left - 4, y + 3, v))
+    group = plot_w / len(traces)
+    bar = group * 0.8 / len(ALLOCATORS)
+    for i, t in enumerate(traces):
+        for k, (a, color, _) in enumerate(ALLOCATORS):
+            v = runs[t][a][key]
+            h = plot_h * v / top
+            x = left + i * group + group * 0.1 + k * bar
+            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %.2f us</title>'
+                       '</rect>' % (x, base - h, bar, h, color, t, a, v))
+        cx = left + (i + 0.5) * group
+        out.append('<text font-size="10" text-anchor="end" transform="translate(%.1f,%d) rotate(-35)">%s</text>'
+                   % (cx, base + 12, t))
+    out.append('<text x="14" y="%d" font-size="11" transform="rotate(-90 14 %d)">us / event</text>'
+               % (base - plot_h / 2, base - plot_h / 2))
+    return out
+
+
+def main():
+    results = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"
+    out_path = sys.argv[2] if len(sys.argv) > 2 else "docs/img/passes.svg"
+    runs = load(results)
+    width, height = 900, 330
+    body = []
+    for n, (key, title) in enumerate(PASSES):
+        body += panel(runs, key, "Trace replay through PyTorch, %s (H100, torch 2.11)" % title, n * height, width,
+                      height)
+    legend_y = 2 * height + 10
+    for k, (_, color, label) in enumerate(ALLOCATORS):
+        x = 60 + k * 200
+        body.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>' % (x, legend_y, color))
+        body.append('<text x="%d" y="%d" font-size="12">%s</text>' % (x + 18, legend_y + 11, label))
+    svg = ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">\n'
+           '<rect width="100%%" height="100%%" fill="white"/>\n%s\n</svg>\n' % (width, 2 * height + 30, "\n".join(body)))
+    with open(out_path, "w") as f:
+        f.write(svg)
+    print("wrote", out_path)
+
+
+if __name__ == "__main__":
+    main()
