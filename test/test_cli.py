@@ -68,7 +68,7 @@ def quick():
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         rc, so, se = out
         check(rc == 0, "--quick: status 0", out)
-        for section in ("latency", "scale", "growth", "threads", "fragmentation"):
+        for section in ("latency", "scale", "growth", "threads", "devices", "fragmentation"):
             check("\n== %s:" % section in so, "--quick prints the %s table" % section, out)
         rows = {l.split()[0]: l.split() for l in so.splitlines() if l.split() and l.split()[0] in names}
         check(sorted(rows) == names, "--quick replays every shipped trace", out)
@@ -76,7 +76,9 @@ def quick():
         try:
             with open(j) as f:
                 doc = json.load(f)
-            ok = all(doc.get(k) for k in ("latency", "scale", "growth", "threads", "frag"))
+            ok = all(doc.get(k) for k in ("latency", "scale", "growth", "threads", "devices", "frag"))
+            ok = ok and [r["devices"] for r in doc["devices"]] == [1, 2, 4, 8]
+            ok = ok and all(r["mops"] > 0 and r["one_device_mops"] > 0 for r in doc["devices"])
         except (OSError, ValueError):
             ok = False
         check(ok, "--quick --json: valid, every section", out)
