@@ -9,8 +9,8 @@
  * scenarios are shaped like the workloads users repeat: a training step
  * (activations freed in reverse), generation with a cache that grows by one
  * token, and sizes drawn once at random and then replayed.  Every pass also
- * checks the data at both ends of every block and the heap, so "no driver call" cannot
- * come from handing out memory twice.
+ * checks the data at both ends of every block, and the heap, so "no driver
+ * call" cannot come from handing out memory twice.
  */
 #include "testutil.h"
 
