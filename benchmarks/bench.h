@@ -60,6 +60,9 @@ typedef struct pass_s {
  * is left live at its end); out[k] is pass k.  0, or -1 if the library did
  * not start. */
 int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out);
+/* Every event of t through xseg on device 0; ptr has t->nslots entries
+ * (NULL where nothing is live).  Returns the allocations that failed. */
+size_t replay_events(const trace_t *t, void **ptr);
 
 /* ---- xseg replay and budgets (frag.c) -------------------------------------------------- */
 

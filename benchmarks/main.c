@@ -456,29 +456,29 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
   free(c);
   if (rc != 0) return 1;
   void **ptr = calloc(t->nslots, sizeof *ptr);
-  size_t fails = 0;
-  double t0 = now_s();
-  for (size_t i = 0; i < t->nev; i++) {
-    const ev_t *e = &t->ev[i];
-    if (e->alloc) {
-      ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
-      fails += !ptr[e->slot];
-    } else if (ptr[e->slot]) {
-      xseg_free(ptr[e->slot]);
-      ptr[e->slot] = NULL;
-    }
+  if (!ptr) {
+    fprintf(stderr, "xseg-bench: out of memory\n");
+    xseg_shutdown();
+    return 1;
   }
+  double t0 = now_s();
+  size_t fails = replay_events(t, ptr);
   double dt = now_s() - t0;
   printf("replayed %s: %zu events in %.3f s (%.0f ns/event), %zu failed allocations, peak live %.1f MiB\n", t->name,
          t->nev, dt, dt * 1e9 / (double)t->nev, fails, (double)t->peak_live / (1 << 20));
   xseg_print_summary(0, stdout);
   size_t need = xseg_stats_json(0, NULL, 0);
   char *json = malloc(need + 1);
-  xseg_stats_json(0, json, need + 1);
-  jsection("replay");
-  jrec("\"trace\":\"%s\",\"stats\":%s", t->name, json);
-  printf("%s\n", json);
-  free(json);
+  if (json) {
+    xseg_stats_json(0, json, need + 1);
+    jsection("replay");
+    jrec("\"trace\":\"%s\",\"stats\":%s", t->name, json);
+    printf("%s\n", json);
+    free(json);
+  } else {
+    fprintf(stderr, "xseg-bench: out of memory for the statistics\n");
+    fails++;
+  }
   for (size_t s = 0; s < t->nslots; s++)
     if (ptr[s]) xseg_free(ptr[s]);
   free(ptr);

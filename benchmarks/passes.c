@@ -46,6 +46,21 @@ static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
   d->driver_ns = b->driver_ns - a->driver_ns;
 }
 
+size_t replay_events(const trace_t *t, void **ptr) {
+  size_t fails = 0;
+  for (size_t i = 0; i < t->nev; i++) {
+    const ev_t *e = &t->ev[i];
+    if (e->alloc) {
+      ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
+      fails += !ptr[e->slot];
+    } else if (ptr[e->slot]) {
+      xseg_free(ptr[e->slot]);
+      ptr[e->slot] = NULL;
+    }
+  }
+  return fails;
+}
+
 int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) {
   if (bench_init(conf) != 0) return -1;
   void **ptr = calloc(t->nslots, sizeof *ptr);
@@ -53,18 +68,8 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) 
   for (int k = 0; k < npasses && rc == 0; k++) {
     pass_t before = {0}, after = {0};
     read_counters(&before);
-    size_t fails = 0;
     double t0 = now_s();
-    for (size_t i = 0; i < t->nev; i++) {
-      const ev_t *e = &t->ev[i];
-      if (e->alloc) {
-        ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
-        fails += !ptr[e->slot];
-      } else if (ptr[e->slot]) {
-        xseg_free(ptr[e->slot]);
-        ptr[e->slot] = NULL;
-      }
-    }
+    size_t fails = replay_events(t, ptr);
     /* A pass ends with nothing live, so the next one starts where a
      * training step or a serving wave would: the cache warm. */
     for (size_t s = 0; s < t->nslots; s++)
