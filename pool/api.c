@@ -281,21 +281,32 @@ int xseg_cache_info(int device, size_t *largest) {
   return 0;
 }
 
+int xs_on_block_holding(uintptr_t p, int (*fn)(xs_device_t *, xs_block_t *, void *), void *arg) {
+  for (int i = 0; i < xs_ndevices(); i++) {
+    xs_device_t *d = xs_device_ready(i);
+    if (!d || !xs_device_may_own(d, p)) continue;
+    pthread_mutex_lock(&d->lock);
+    xs_block_t *b = xs_live_block_at(d, p);
+    int rc = b ? fn(d, b, arg) : -1;
+    pthread_mutex_unlock(&d->lock);
+    if (rc >= 0) return rc;
+  }
+  return -1;
+}
+
+static int do_base(xs_device_t *d, xs_block_t *b, void *arg) {
+  (void)d;
+  void **out = arg; /* {base, size} */
+  *(void **)out[0] = (void *)b->addr;
+  *(size_t *)out[1] = b->size;
+  return 0;
+}
+
 int xseg_base_allocation(void *ptr, void **base, size_t *size) {
   if (!base || !size) return xs_error(XSEG_EINVAL, "xseg: xseg_base_allocation: base and size must not be NULL");
   if (xs_ensure_init() != 0) return xseg_last_error_code();
-  for (int i = 0; i < xs_ndevices(); i++) {
-    xs_device_t *d = xs_device_ready(i);
-    if (!d || !xs_device_may_own(d, (uintptr_t)ptr)) continue;
-    pthread_mutex_lock(&d->lock);
-    xs_block_t *b = xs_live_block_at(d, (uintptr_t)ptr);
-    if (b) {
-      *base = (void *)b->addr;
-      *size = b->size;
-    }
-    pthread_mutex_unlock(&d->lock);
-    if (b) return 0;
-  }
+  void *out[2] = {base, size};
+  if (xs_on_block_holding((uintptr_t)ptr, do_base, out) == 0) return 0;
   return xs_error(XSEG_EINVAL, "xseg: xseg_base_allocation(%p): not inside a live allocation", ptr);
 }
 

@@ -15,6 +15,10 @@ int xs_ndevices(void);
 /* Device dev (in [0, xs_ndevices())) if its allocator exists, else NULL. */
 xs_device_t *xs_device_ready(int dev);
 const char *xs_backend_name(void);
+/* Run fn on the live block holding address p (p may point inside it), under
+ * its device's lock, asking only devices that may own p (pool/owners.c);
+ * fn's result, or -1 if no live block holds p.  In pool/api.c. */
+int xs_on_block_holding(uintptr_t p, int (*fn)(xs_device_t *, xs_block_t *, void *), void *arg);
 const xs_config_t *xs_global_config(void);
 
 /* For tests and benchmarks: the backend in use (they reach the host

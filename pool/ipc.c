@@ -70,7 +70,16 @@ static int covering(const xs_block_t *b, xs_chunk_t **first, size_t *n, uintptr_
   return 0;
 }
 
-static int export_locked(xs_device_t *d, xs_block_t *b, void *buf, size_t *len, size_t *offset) {
+typedef struct export_args_s {
+  void *buf;
+  size_t *len, *offset;
+} export_args_t;
+
+/* Export live block b (device d's lock held); arg: the caller's buffers. */
+static int export_locked(xs_device_t *d, xs_block_t *b, void *arg) {
+  const export_args_t *a = arg;
+  void *buf = a->buf;
+  size_t *len = a->len, *offset = a->offset;
   if (b->seg->binned)
     return xs_error(XSEG_ENOTSUP, "xseg: sharing memory with another process needs expandable segments "
                                   "(device %d runs the binned pool)", d->id);
@@ -108,15 +117,9 @@ int xseg_ipc_export(void *ptr, void *buf, size_t *len, size_t *offset) {
    * to ptrace us; under Yama's ptrace_scope 1 only our ancestors have it,
    * so a child receiving from its parent would be refused. */
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  for (int i = 0; i < xs_ndevices(); i++) {
-    xs_device_t *d = xs_device_ready(i);
-    if (!d || !xs_device_may_own(d, (uintptr_t)ptr)) continue;
-    pthread_mutex_lock(&d->lock);
-    xs_block_t *b = xs_live_block_at(d, (uintptr_t)ptr);
-    int rc = b ? export_locked(d, b, buf, len, offset) : -1;
-    pthread_mutex_unlock(&d->lock);
-    if (rc >= 0) return rc;
-  }
+  export_args_t a = {buf, len, offset};
+  int rc = xs_on_block_holding((uintptr_t)ptr, export_locked, &a);
+  if (rc >= 0) return rc;
   return xs_error(XSEG_EINVAL, "xseg: xseg_ipc_export(%p): not inside a live allocation", ptr);
 }
 
