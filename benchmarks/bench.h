@@ -54,6 +54,7 @@ typedef struct pass_s {
   size_t failed;                  /* allocations that failed */
   long long create, release, map, unmap, access, conversions, grows, converted_pages;
   long long driver_ns;            /* time in create, release, map, unmap, set access */
+  long long ns[5];                /* that time by kind: create, release, map, unmap, set access */
 } pass_t;
 
 /* Replay t npasses times in one process under conf (each pass frees what

@@ -514,9 +514,11 @@ static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
              p[k].conversions, p[k].converted_pages, p[k].failed ? "  (failures!)" : "");
       jrec("\"trace\":\"%s\",\"pass\":%d,\"events\":%zu,\"ns_per_event\":%.1f,\"driver_ns\":%lld,\"create\":%lld,"
            "\"release\":%lld,\"map\":%lld,\"unmap\":%lld,\"set_access\":%lld,\"grows\":%lld,\"conversions\":%lld,"
-           "\"converted_pages\":%lld,\"failed\":%zu",
+           "\"converted_pages\":%lld,\"failed\":%zu,\"ns_create\":%lld,\"ns_release\":%lld,\"ns_map\":%lld,"
+           "\"ns_unmap\":%lld,\"ns_set_access\":%lld",
            t->name, k + 1, t->nev, ns, p[k].driver_ns, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access,
-           p[k].grows, p[k].conversions, p[k].converted_pages, p[k].failed);
+           p[k].grows, p[k].conversions, p[k].converted_pages, p[k].failed, p[k].ns[0], p[k].ns[1], p[k].ns[2],
+           p[k].ns[3], p[k].ns[4]);
       rc |= p[k].failed != 0;
     }
   }

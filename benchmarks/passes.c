@@ -30,8 +30,10 @@ static void read_counters(pass_t *c) {
   c->conversions = counter(json, "num_conversions");
   c->grows = counter(json, "num_grows");
   c->converted_pages = counter(json, "converted_bytes") / counter(json, "granularity");
-  c->driver_ns = counter(json, "time_create_ns") + counter(json, "time_release_ns") + counter(json, "time_map_ns") +
-                 counter(json, "time_unmap_ns") + counter(json, "time_set_access_ns");
+  static const char *const kinds[5] = {"time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_ns",
+                                       "time_set_access_ns"};
+  c->driver_ns = 0;
+  for (int k = 0; k < 5; k++) c->driver_ns += c->ns[k] = counter(json, kinds[k]);
 }
 
 static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
@@ -44,6 +46,7 @@ static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
   d->grows = b->grows - a->grows;
   d->converted_pages = b->converted_pages - a->converted_pages;
   d->driver_ns = b->driver_ns - a->driver_ns;
+  for (int k = 0; k < 5; k++) d->ns[k] = b->ns[k] - a->ns[k];
 }
 
 size_t replay_events(const trace_t *t, void **ptr) {
