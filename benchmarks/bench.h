@@ -55,6 +55,7 @@ typedef struct pass_s {
   long long create, release, map, unmap, access, conversions, grows, converted_pages;
   long long driver_ns;            /* time in create, release, map, unmap, set access */
   long long ns[5];                /* that time by kind: create, release, map, unmap, set access */
+  long long held_peak;            /* held_bytes.peak at the end of the pass */
 } pass_t;
 
 /* Replay t npasses times in one process under conf (each pass frees what

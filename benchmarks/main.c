@@ -515,10 +515,10 @@ static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
       jrec("\"trace\":\"%s\",\"pass\":%d,\"events\":%zu,\"ns_per_event\":%.1f,\"driver_ns\":%lld,\"create\":%lld,"
            "\"release\":%lld,\"map\":%lld,\"unmap\":%lld,\"set_access\":%lld,\"grows\":%lld,\"conversions\":%lld,"
            "\"converted_pages\":%lld,\"failed\":%zu,\"ns_create\":%lld,\"ns_release\":%lld,\"ns_map\":%lld,"
-           "\"ns_unmap\":%lld,\"ns_set_access\":%lld",
+           "\"ns_unmap\":%lld,\"ns_set_access\":%lld,\"held_peak\":%lld,\"peak_live\":%llu",
            t->name, k + 1, t->nev, ns, p[k].driver_ns, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access,
            p[k].grows, p[k].conversions, p[k].converted_pages, p[k].failed, p[k].ns[0], p[k].ns[1], p[k].ns[2],
-           p[k].ns[3], p[k].ns[4]);
+           p[k].ns[3], p[k].ns[4], p[k].held_peak, (unsigned long long)t->peak_live);
       rc |= p[k].failed != 0;
     }
   }

@@ -34,6 +34,8 @@ static void read_counters(pass_t *c) {
                                        "time_set_access_ns"};
   c->driver_ns = 0;
   for (int k = 0; k < 5; k++) c->driver_ns += c->ns[k] = counter(json, kinds[k]);
+  const char *h = strstr(json, "\"held_bytes\":{");
+  c->held_peak = h ? counter(h, "peak") : -1;
 }
 
 static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
@@ -47,6 +49,7 @@ static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
   d->converted_pages = b->converted_pages - a->converted_pages;
   d->driver_ns = b->driver_ns - a->driver_ns;
   for (int k = 0; k < 5; k++) d->ns[k] = b->ns[k] - a->ns[k];
+  d->held_peak = b->held_peak;
 }
 
 size_t replay_events(const trace_t *t, void **ptr) {
