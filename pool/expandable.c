@@ -689,15 +689,37 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
 }
 
 /* The request's best fit would cover a large free chunk in part.  While
- * memory is plentiful, converting that chunk (a handle per page) is the
- * costly answer: first place the request where it covers whole chunks
- * (whole_chunk_fit), else take fresh memory (one or two handles) and leave
- * the chunk whole for a request of its own size.  1: *f holds the new
- * place; 0: convert after all; -1: a growth attempt failed and may have
- * moved pages, look again. */
+ * memory is plentiful, converting that chunk (an unmap and a release, then
+ * a create, map and set-access per piece) is the costly answer: first
+ * place the request where it covers whole chunks (whole_chunk_fit), else,
+ * while the device is roomy and holds little more than the live peak
+ * (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh memory (one or
+ * two handles) and leave the chunk whole for a request of its own size.
+ * 1: *f holds the new place; 0: convert after all; -1: a growth attempt
+ * failed and may have moved pages, look again. */
+/* May a request of `size` bytes take fresh memory rather than convert a
+ * chunk (XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV in expandable.h)? */
+static int grow_instead(const xs_device_t *d, size_t size) {
+  const size_t need = xs_round_up(size, d->vmm.gran);
+  const size_t headroom = xs_vmm_headroom(&d->vmm);
+  const uint64_t peak = d->live_peak;
+  const uint64_t live = d->handed[0] + d->handed[1] - d->returned[0] - d->returned[1];
+  return headroom >= need && headroom - need >= d->vmm.limit / XS_ROOMY_DIV &&
+         d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
+}
+
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_fit_t *f) {
-  (void)may_grow;
-  return !tight(d) && whole_chunk_fit(d, p, size, f);
+  if (tight(d)) return 0;
+  if (whole_chunk_fit(d, p, size, f)) return 1;
+  if (!may_grow || !grow_instead(d, size)) return 0;
+  xs_fit_t g = {NULL, 0, size, NULL};
+  if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
+      !pins_big(d, g.b, g.addr, g.take)) {
+    *f = g;
+    return 1;
+  }
+  xs_error_clear(); /* what was found may be stale: look again without growing */
+  return -1;
 }
 
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {

@@ -23,6 +23,26 @@
  * 1.022 times its peak, a sixty-fourth bounds that waste to 1.6 %
  * (docs/design.md, "Handle sizing"). */
 #define XS_FOLD_DIV 64
+/* Growing instead of converting.  A request whose best fit covers a large
+ * free chunk in part, and that fits no whole chunk, takes fresh memory
+ * (one or two handles) and leaves the chunk whole, instead of re-making
+ * the chunk as smaller handles (an unmap and a release, then a create, map
+ * and set-access per piece), when all of these hold:
+ *   - at least 1/XS_ROOMY_DIV of the limit stays free after the growth;
+ *   - the device then holds at most 1/XS_SLACK_DIV more than the most
+ *     bytes ever live at once;
+ *   - the bytes live with the request are within 1/XS_NEAR_PEAK_DIV of
+ *     that peak.
+ * The chunk it spared is wholly free, so reclaim can still take it: the
+ * memory is held, not stranded.  The first bound keeps min-budget runs as
+ * they were, the second bounds what an uncapped program holds, and the
+ * third keeps repeating workloads settling: growing far below the peak
+ * kept putting back whole chunks that later passes converted (a repeated
+ * random-size workload still converted in its eighth pass).
+ * docs/design.md, "Handle sizing", has the measurements. */
+#define XS_ROOMY_DIV 4
+#define XS_SLACK_DIV 8
+#define XS_NEAR_PEAK_DIV 8
 /* A pool packs its blocks (shares a neighbour's page whenever that needs no
  * more new pages) while less than 1/XS_PACK_DIV of the bytes it has handed
  * out have come back: what a program allocates before it frees anything is
