@@ -161,7 +161,7 @@ struct xs_device_s {
    * the user's statistics changes nothing. */
   uint64_t handed[XS_NCLASS], returned[XS_NCLASS];
   uint64_t pack_base[XS_NCLASS]; /* handed[class] at the last restart */
-  uint64_t live_peak;            /* most bytes live at once (all classes), never reset */
+  uint64_t live_peak;            /* most bytes live at once (all classes) since the last new start */
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
   int next_pool;               /* id of the next private pool - 1 */

@@ -30,7 +30,8 @@
  * and set-access per piece), when all of these hold:
  *   - at least 1/XS_ROOMY_DIV of the limit stays free after the growth;
  *   - the device then holds at most 1/XS_SLACK_DIV more than the most
- *     bytes ever live at once;
+ *     bytes live at once since the last new start (an empty_cache with
+ *     nothing live, as for XS_PACK_DIV);
  *   - the bytes live with the request are within 1/XS_NEAR_PEAK_DIV of
  *     that peak.
  * The chunk it spared is wholly free, so reclaim can still take it: the

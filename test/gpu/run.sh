@@ -2,7 +2,7 @@
 # test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
 # in one call.  Results and logs go to $OUT (default ./gpu-out).
 #
-#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [resnet] [dist] [replay] [record] [quick]
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [passes-ab] [torch-ab] [resnet] [dist] [replay] [record] [quick]
 #
 #   tests  the ctest suite: GPU tests (label gpu) and the host tests
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
@@ -16,6 +16,10 @@
 #   latency torch.empty + drop under both allocators, alternating
 #   passes each trace twice, from empty then warm: time per event and driver
 #          calls (xseg-bench passes), and through PyTorch under three allocators
+#   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, two rounds
+#   torch-ab   torch_passes.py under xseg built from this tree and from BASE_TAR
+#          (each installed with pip --target into its own folder), alternating,
+#          two rounds, plus PyTorch's default allocator in each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
@@ -151,6 +155,24 @@ if want train; then
   tar -C "$OUT" -czf "$OUT/torch.tgz" torch && rm -rf "$OUT/torch"  # the tool returns at most 8 files
 fi
 
+if want torch-ab; then
+  log "passes through PyTorch: this tree against ${BASE_TAR:-(no BASE_TAR)}, alternating"
+  rm -rf /tmp/base-src /tmp/py-base /tmp/py-new && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
+    python3 -m pip install --no-build-isolation --no-deps --no-index -q --target /tmp/py-base /tmp/base-src/python \
+      >"$OUT/pip-base.log" 2>&1 &&
+    python3 -m pip install --no-build-isolation --no-deps --no-index -q --target /tmp/py-new ./python \
+      >"$OUT/pip-new.log" 2>&1 || { echo "pip install failed"; tail -20 "$OUT"/pip-*.log; rc=1; }
+  mapfile -t traces < <(trace_paths)
+  [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
+  export PYTHONUNBUFFERED=1
+  for round in 1 2; do
+    native_env python3 test/gpu/torch_passes.py --json "$OUT/tab-native-$round.json" "${traces[@]}" || rc=1
+    for which in base new; do
+      env PYTHONPATH=/tmp/py-$which:test/gpu XSEG_ALLOC_CONF="${XSEG_CONF:-}" \
+        python3 test/gpu/torch_passes.py --json "$OUT/tab-$which-$round.json" "${traces[@]}" || rc=1
+    done
+  done
+fi
 if want ab; then
   log "cached-pair latency: this tree against ${BASE_TAR:-(no BASE_TAR)}"
   rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
