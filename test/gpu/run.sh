@@ -16,10 +16,11 @@
 #   latency torch.empty + drop under both allocators, alternating
 #   passes each trace twice, from empty then warm: time per event and driver
 #          calls (xseg-bench passes), and through PyTorch under three allocators
-#   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, two rounds
+#   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, AB_ROUNDS rounds (2)
 #   torch-ab   torch_passes.py under xseg built from this tree and from BASE_TAR
 #          (each installed with pip --target into its own folder), alternating,
-#          two rounds, plus PyTorch's default allocator in each round
+#          AB_ROUNDS rounds (2), plus PyTorch's default allocator and expandable
+#          segments in each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
@@ -165,8 +166,10 @@ if want torch-ab; then
   mapfile -t traces < <(trace_paths)
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   export PYTHONUNBUFFERED=1
-  for round in 1 2; do
+  for round in $(seq "${AB_ROUNDS:-2}"); do
     native_env python3 test/gpu/torch_passes.py --json "$OUT/tab-native-$round.json" "${traces[@]}" || rc=1
+    native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py \
+      --json "$OUT/tab-expandable-$round.json" "${traces[@]}" || rc=1
     for which in base new; do
       env PYTHONPATH=/tmp/py-$which:test/gpu XSEG_ALLOC_CONF="${XSEG_CONF:-}" \
         python3 test/gpu/torch_passes.py --json "$OUT/tab-$which-$round.json" "${traces[@]}" || rc=1
@@ -206,7 +209,7 @@ if want passes-ab; then
     cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
     cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
   mapfile -t traces < <(trace_paths)
-  for round in 1 2; do
+  for round in $(seq "${AB_ROUNDS:-2}"); do
     for which in base new; do
       bin=./build-gpu/benchmarks/xseg-bench
       [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
