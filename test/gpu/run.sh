@@ -170,7 +170,8 @@ if want torch-ab; then
     native_env python3 test/gpu/torch_passes.py --json "$OUT/tab-native-$round.json" "${traces[@]}" || rc=1
     native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py \
       --json "$OUT/tab-expandable-$round.json" "${traces[@]}" || rc=1
-    for which in base new; do
+    order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs last
+    for which in $order; do
       env PYTHONPATH=/tmp/py-$which:test/gpu XSEG_ALLOC_CONF="${XSEG_CONF:-}" \
         python3 test/gpu/torch_passes.py --json "$OUT/tab-$which-$round.json" "${traces[@]}" || rc=1
     done
@@ -182,7 +183,8 @@ if want ab; then
     cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
     cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
   for round in 1 2 3; do
-    for which in base new; do
+    order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs first
+    for which in $order; do
       bin=./build-gpu/benchmarks/xseg-bench
       [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
       printf '%s %s: ' "$which" "$round"
@@ -210,7 +212,8 @@ if want passes-ab; then
     cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
   mapfile -t traces < <(trace_paths)
   for round in $(seq "${AB_ROUNDS:-2}"); do
-    for which in base new; do
+    order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs first
+    for which in $order; do
       bin=./build-gpu/benchmarks/xseg-bench
       [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
       echo "## $which, round $round"
