@@ -335,7 +335,7 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   xs_stat_add(d->stats.active_bytes, cls, (int64_t)b->size);
   if (b->size >= d->max_split) xs_stat_one(&d->stats.oversize_allocations, 1);
   d->handed[cls] += b->size;
-  uint64_t live = d->handed[0] + d->handed[1] - d->returned[0] - d->returned[1];
+  uint64_t live = xs_live_bytes(d);
   if (live > d->live_peak) d->live_peak = live;
   if (d->cfg->trace_file[0]) {
     b->trace_id = xs_trace_next_id();

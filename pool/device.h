@@ -174,6 +174,12 @@ struct xs_device_s {
   xs_stats_t stats;            /* the allocator's own; the physical layer's are in vmm.st */
 };
 
+/* Bytes live on the device, by the allocator's own count (handed out less
+ * returned; the user's statistics may be reset). */
+static inline uint64_t xs_live_bytes(const xs_device_t *d) {
+  return d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->returned[XS_SMALL] - d->returned[XS_LARGE];
+}
+
 /* owners.c: which device's segments an address may lie in, read without
  * any lock, so that a free takes no other device's lock (pool/api.c).
  * Addresses are looked up by 2 MiB granule.  An entry is set when a

@@ -600,6 +600,20 @@ static uintptr_t place(const xs_device_t *d, const xs_block_t *f, size_t size) {
   return xs_exp_place(d->vmm.gran, f->addr, xs_block_end(f), size, 1, packing(d, f->seg->pool->cls));
 }
 
+/* Fresh memory for `size` bytes that covers no large chunk in part: 1 and
+ * *f set, or -1 (the attempt may have remapped pages: what was found is
+ * stale, look again without growing). */
+static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
+  xs_fit_t g = {NULL, 0, size, NULL};
+  if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
+      !pins_big(d, g.b, g.addr, g.take)) {
+    *f = g;
+    return 1;
+  }
+  xs_error_clear();
+  return -1;
+}
+
 /* The request would pin large chunk c, whose stream the GPU may still be
  * using, and unmapping c would mean waiting.  Carving the block over it
  * anyway (a pin) costs nothing now, but the chunk's free pages stay stuck
@@ -613,14 +627,7 @@ static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c,
     return 1;
   }
   if (!try_grow) return 0;
-  xs_fit_t g = {NULL, 0, size, NULL};
-  if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
-      !pins_big(d, g.b, g.addr, g.take)) {
-    *f = g;
-    return 1;
-  }
-  xs_error_clear(); /* the attempt may have remapped pages */
-  return -1;
+  return grow_whole(d, p, size, f);
 }
 
 /* How much of free block f a request of `size` bytes at addr takes: size,
@@ -688,6 +695,17 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
   return best != SIZE_MAX;
 }
 
+/* May a request of `size` bytes take fresh memory rather than convert a
+ * chunk (XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV in expandable.h)? */
+static int grow_instead(const xs_device_t *d, size_t size) {
+  const size_t need = xs_round_up(size, d->vmm.gran);
+  const size_t headroom = xs_vmm_headroom(&d->vmm);
+  const uint64_t peak = d->live_peak;
+  const uint64_t live = xs_live_bytes(d);
+  return headroom >= need && headroom - need >= d->vmm.limit / XS_ROOMY_DIV &&
+         d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
+}
+
 /* The request's best fit would cover a large free chunk in part.  While
  * memory is plentiful, converting that chunk (an unmap and a release, then
  * a create, map and set-access per piece) is the costly answer: first
@@ -697,29 +715,11 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
  * two handles) and leave the chunk whole for a request of its own size.
  * 1: *f holds the new place; 0: convert after all; -1: a growth attempt
  * failed and may have moved pages, look again. */
-/* May a request of `size` bytes take fresh memory rather than convert a
- * chunk (XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV in expandable.h)? */
-static int grow_instead(const xs_device_t *d, size_t size) {
-  const size_t need = xs_round_up(size, d->vmm.gran);
-  const size_t headroom = xs_vmm_headroom(&d->vmm);
-  const uint64_t peak = d->live_peak;
-  const uint64_t live = d->handed[0] + d->handed[1] - d->returned[0] - d->returned[1];
-  return headroom >= need && headroom - need >= d->vmm.limit / XS_ROOMY_DIV &&
-         d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
-}
-
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_fit_t *f) {
   if (tight(d)) return 0;
   if (whole_chunk_fit(d, p, size, f)) return 1;
   if (!may_grow || !grow_instead(d, size)) return 0;
-  xs_fit_t g = {NULL, 0, size, NULL};
-  if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
-      !pins_big(d, g.b, g.addr, g.take)) {
-    *f = g;
-    return 1;
-  }
-  xs_error_clear(); /* what was found may be stale: look again without growing */
-  return -1;
+  return grow_whole(d, p, size, f);
 }
 
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
