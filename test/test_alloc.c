@@ -385,11 +385,12 @@ XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
 
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
  * request whose best fit covers part of a large free handle takes fresh
- * memory when the device is roomy, holdings stay within an eighth over the
- * live peak and the live bytes are near that peak; otherwise the handle is
- * converted.  The peak starts again at an empty_cache with nothing live.
- * Sizes are in pages of 2 MiB: with live peak P and a freed handle of F
- * bytes (held P), a request of n bytes grows when F - P/8 <= n <= P/8. */
+ * memory when the device is roomy, holdings stay within a thirty-second
+ * over the live peak and the live bytes are within an eighth of that peak;
+ * otherwise the handle is converted.  The peak starts again at an
+ * empty_cache with nothing live.  Sizes are in pages of 2 MiB: with live
+ * peak P and a freed handle of F bytes (held P), a request of n bytes grows
+ * when F - P/8 <= n <= P/32. */
 static void place_after_free(size_t keep_mb, size_t y_mb, size_t x_mb, size_t n_mb, char **blk, char **xp, int *converted) {
   long long conv = t_stat(0, "num_conversions");
   char *keep = xseg_malloc(keep_mb * MiB, 0, NULL);
@@ -413,41 +414,41 @@ XT_TEST(grows_instead_of_converting_near_the_live_peak) {
   XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
   char *n, *x;
   int conv1;
-  /* P = 120, F = 24: 12 MiB grows (held 132 <= 135, live 108 >= 105). */
-  place_after_free(2, 94, 24, 12, &n, &x, &conv1);
-  XT_CHECK_MSG(!conv1, "a 12 MiB request near the peak converted");
-  XT_CHECK_MSG(n < x || n >= x + 24 * MiB, "the request landed in the spared handle");
+  /* P = 256, F = 36: 8 MiB grows (held 264 <= 264, live 228 >= 224). */
+  place_after_free(2, 218, 36, 8, &n, &x, &conv1);
+  XT_CHECK_MSG(!conv1, "an 8 MiB request near the peak converted");
+  XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
   XT_CHECK_EQ(xseg_free(n), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
-  /* Far below the peak (2 + 12 of 120 live, held 120 + 12 within the
+  /* Far below the peak (2 + 8 of 256 live, held 256 + 8 within the
    * slack): the same request converts. */
   XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
-  char *keep = xseg_malloc(2 * MiB, 0, NULL), *y = xseg_malloc(94 * MiB, 0, NULL), *z = xseg_malloc(24 * MiB, 0, NULL);
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *y = xseg_malloc(218 * MiB, 0, NULL), *z = xseg_malloc(36 * MiB, 0, NULL);
   XT_REQUIRE(keep && y && z);
   XT_CHECK_EQ(xseg_free(y), 0);
   XT_CHECK_EQ(xseg_free(z), 0);
   long long conv = t_stat(0, "num_conversions");
-  char *m = xseg_malloc(12 * MiB, 0, NULL);
+  char *m = xseg_malloc(8 * MiB, 0, NULL);
   XT_REQUIRE(m);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") > conv, "a 12 MiB request far below the peak did not convert");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") > conv, "an 8 MiB request far below the peak did not convert");
   XT_CHECK_EQ(xseg_free(m), 0);
   XT_CHECK_EQ(xseg_free(keep), 0);
-  /* A new start: the peak is the next workload's.  Half the sizes: P = 60,
-   * F = 12, 6 MiB grows; against the old peak of 120 it would convert. */
+  /* A new start: the peak is the next workload's.  P = 128, F = 18, 4 MiB
+   * grows; against the old peak of 256 it would convert (live 114 < 224). */
   XT_CHECK_EQ(xseg_empty_cache(0), 0);
   XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 0);
-  place_after_free(2, 46, 12, 6, &n, &x, &conv1);
+  place_after_free(2, 108, 18, 4, &n, &x, &conv1);
   XT_CHECK_MSG(!conv1, "after empty_cache the old peak still ruled");
   XT_CHECK_EQ(xseg_free(n), 0);
   XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  /* Past the slack: P = 120, F = 24, 16 MiB (held 136 > 135) converts. */
-  place_after_free(2, 94, 24, 16, &n, &x, &conv1);
+  /* Past the slack: P = 256, F = 36, 10 MiB (held 266 > 264) converts. */
+  place_after_free(2, 218, 36, 10, &n, &x, &conv1);
   XT_CHECK_MSG(conv1, "a request past the slack grew");
   XT_CHECK_EQ(xseg_free(n), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
   /* Not roomy (a quarter of the limit would not stay free): converts. */
-  XT_REQUIRE(t_init("host_capacity_mb:160") == 0);
-  place_after_free(2, 94, 24, 12, &n, &x, &conv1);
+  XT_REQUIRE(t_init("host_capacity_mb:320") == 0);
+  place_after_free(2, 218, 36, 8, &n, &x, &conv1);
   XT_CHECK_MSG(conv1, "a request with little room left grew");
   XT_CHECK_EQ(xseg_free(n), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);

@@ -70,6 +70,7 @@ def main():
         + ("-expandable" if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") else ""),
         "median_ms": statistics.median(times[5:]), "mean_ms": statistics.mean(times[5:]),
         "first5_ms": sum(times[:5]), "reserved_peak_mib": torch.cuda.max_memory_reserved() / 2**20,
+        "allocated_peak_mib": torch.cuda.max_memory_allocated() / 2**20,
     }
     if sampler:
         sampler["run"] = False

@@ -23,7 +23,10 @@ from torch_replay import parse_trace  # noqa: E402 (same folder)
 
 def counters():
     if torch.cuda.get_allocator_backend() != "xseg":
-        return {}
+        # PyTorch's own allocators count their device allocations (cudaMalloc,
+        # or cuMemCreate for expandable segments) and frees.
+        s = torch.cuda.memory_stats()
+        return {k: s[k] for k in ("num_device_alloc", "num_device_free") if k in s}
     import xseg.torch as xt
 
     s = xt.xseg_stats(0)
@@ -65,6 +68,7 @@ def main():
         streams = [torch.cuda.current_stream()] + [torch.cuda.Stream() for _ in range(nstreams - 1)]
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()  # after empty_cache: the peak is this trace's alone
         row = {"allocator": name, "trace": os.path.basename(path).rsplit(".", 1)[0], "events": len(events)}
         for k in (1, 2):
             c0 = counters()
@@ -78,13 +82,12 @@ def main():
             if c0:
                 row["driver_%d" % k] = {x: c1[x] - c0[x] for x in c0}
         row["reserved_peak_mib"] = torch.cuda.max_memory_reserved() / 2**20
-        torch.cuda.reset_peak_memory_stats()
         rows.append(row)
-        d2 = row.get("driver_2", {})
-        calls = sum(d2.get(x, 0) for x in ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access"))
+        kinds = ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access")
+        calls = [sum(row.get("driver_%d" % k, {}).get(x, 0) for x in kinds) for k in (1, 2)]
         print("%-11s %-20s %8d events  from empty %7.2f us/event  warm %7.2f us/event%s" % (
             name, row["trace"], len(events), row["us_per_event_1"], row["us_per_event_2"],
-            "  (warm pass: %d driver calls)" % calls if d2 else ""), flush=True)
+            "  (driver calls from empty %d, warm %d)" % tuple(calls) if "driver_1" in row else ""), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f)
