@@ -527,7 +527,6 @@ static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vm
  * that part again.  Otherwise single pages, which never convert again.
  * Writes the page-aligned ends of the pieces into cut[] and returns how
  * many. */
-#define XS_PIECE_PAGES 16
 static int pieces(const xs_device_t *d, uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page,
                   uintptr_t cut[5]) {
   if (tight(d) || (cb - ca) / page <= XS_PIECE_PAGES) return 0; /* pages */
@@ -621,8 +620,12 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
  * within their budget (f->pin set, 1 returned).  Otherwise, with try_grow,
  * take fresh memory if the device has some (*f replaced, 1), else -1: what
  * was found is stale, look again ready to wait.  0: wait and convert. */
+static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
+  return !tight(d) && d->pinned + c->size <= d->vmm.limit / XS_PIN_DIV;
+}
+
 static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c, int try_grow, xs_fit_t *f) {
-  if (!tight(d) && d->pinned + c->size <= d->vmm.limit / XS_PIN_DIV) {
+  if (may_pin(d, c)) {
     f->pin = c;
     return 1;
   }
@@ -706,18 +709,25 @@ static int grow_instead(const xs_device_t *d, size_t size) {
          d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
 }
 
-/* The request's best fit would cover a large free chunk in part.  While
- * memory is plentiful, converting that chunk (an unmap and a release, then
- * a create, map and set-access per piece) is the costly answer: first
- * place the request where it covers whole chunks (whole_chunk_fit), else,
- * while the device is roomy and holds little more than the live peak
- * (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh memory (one or
- * two handles) and leave the chunk whole for a request of its own size.
- * 1: *f holds the new place; 0: convert after all; -1: a growth attempt
- * failed and may have moved pages, look again. */
-static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_fit_t *f) {
+/* The request's best fit would cover large free chunk c in part.  While
+ * memory is plentiful, converting c (an unmap and a release, then a create,
+ * map and set-access per piece) is the costly answer: first place the
+ * request where it covers whole chunks (whole_chunk_fit); else, if c would
+ * become single pages (XS_PIECE_PAGES: up to 16 handles) and the pin
+ * budget allows, pin c, as for a busy chunk (may_pin: no driver call; its
+ * free pages stay usable in place, and reclaimable once no block in it
+ * lives); else, while the device is roomy and holds little more than the
+ * live peak (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh
+ * memory (one or two handles) and leave c whole for a request of its own
+ * size.  1: *f holds the new place; 0: convert after all; -1: a growth
+ * attempt failed and may have moved pages, look again. */
+static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_fit_t *f) {
   if (tight(d)) return 0;
   if (whole_chunk_fit(d, p, size, f)) return 1;
+  if (c->size / d->vmm.gran <= XS_PIECE_PAGES && may_pin(d, c)) {
+    f->pin = c;
+    return 1;
+  }
   if (!may_grow || !grow_instead(d, size)) return 0;
   return grow_whole(d, p, size, f);
 }
@@ -744,7 +754,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
      * the search starts over (docs/design.md, "Handle sizing"). */
     xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
     if (c && !grown) {
-      int r = avoid_conversion(d, p, size, may_grow, &f);
+      int r = avoid_conversion(d, p, size, may_grow, c, &f);
       if (r < 0) {
         may_grow = 0;
         continue;

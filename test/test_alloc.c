@@ -383,6 +383,51 @@ XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* A request over part of a small idle handle (at most XS_PIECE_PAGES
+ * pages) pins it rather than re-make it as page handles, while memory is
+ * plentiful and pins stay within their budget (pool/expandable.h,
+ * XS_PIN_DIV); beyond the budget it does not; and once the pinning block is
+ * freed every free page is reclaimable again. */
+XT_TEST(small_idle_handles_are_pinned_within_the_budget) {
+  XT_REQUIRE(t_init("host_capacity_mb:2048") == 0); /* pin budget: 16 MiB */
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(12 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
+  char *x2 = xseg_malloc(14 * MiB, 0, NULL), *y2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(keep && x && y && x2 && y2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *a = xseg_malloc(4 * MiB, 0, NULL);
+  XT_REQUIRE(a);
+  t_fill(a, 4 * MiB, 5);
+  XT_CHECK_MSG(a >= x && a + 4 * MiB <= x + 12 * MiB, "4 MiB did not land in the free 12 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a small idle handle was converted, not pinned");
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  /* A second small handle would take pins to 26 MiB: not pinned.  (The 8
+   * MiB left free in the first is too small for b.) */
+  XT_CHECK_EQ(xseg_free(x2), 0);
+  conv = t_stat(0, "num_conversions");
+  char *b = xseg_malloc(10 * MiB, 0, NULL);
+  XT_REQUIRE(b);
+  t_fill(b, 10 * MiB, 6);
+  XT_CHECK_MSG(b + 10 * MiB <= x2 || b >= x2 + 14 * MiB || t_stat(0, "num_conversions") > conv,
+               "a second small handle was pinned beyond the budget");
+  XT_CHECK(t_verify(a, 4 * MiB, 5));
+  T_CHECK_HEAP();
+  /* The pin ends with a, the only block in that handle: everything but
+   * the 16 MiB live is reachable.  (A block placed in the pinned handle's
+   * free rest would carry the pin on.) */
+  XT_CHECK_EQ(xseg_free(a), 0);
+  char *big = xseg_malloc((2048 - 16) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "2032 MiB beside 16 MiB live on a 2048 MiB device: %s", xseg_last_error());
+  XT_CHECK(t_verify(b, 10 * MiB, 6));
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(xseg_free(y2), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
  * request whose best fit covers part of a large free handle takes fresh
  * memory when the device is roomy, holdings stay within a thirty-second
@@ -464,5 +509,6 @@ int main(void) {
   XT_RUN(placement_shares_pages_only_when_it_saves_one);
   XT_RUN(busy_handles_are_not_pinned_beyond_the_budget);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
+  XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   return XT_DONE();
 }
