@@ -19,7 +19,7 @@
 #   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, AB_ROUNDS rounds (2)
 #   torch-ab   torch_passes.py under xseg built from this tree and from BASE_TAR
 #          (each installed with pip --target into its own folder), alternating,
-#          AB_ROUNDS rounds (2), plus PyTorch's default allocator and expandable
+#          AB_ROUNDS rounds (2; numbered from AB_ROUND0 + 1), plus PyTorch's default allocator and expandable
 #          segments in each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
 #   train  PyTorch training and inference under native, expandable and xseg
@@ -53,6 +53,10 @@ TORCH_ARGS=()
 rc=0
 # The traces FRAG_TRACES names, as paths (none: the benchmark's default, all).
 trace_paths() { for t in ${FRAG_TRACES:-}; do echo "benchmarks/traces/$t.trace"; done; }
+# A/B round numbers: AB_ROUNDS of them, after AB_ROUND0 (0), so that a
+# second call can go on where the first stopped (odd rounds run the base
+# build first, even ones this tree).
+ab_rounds() { seq $((${AB_ROUND0:-0} + 1)) $((${AB_ROUND0:-0} + ${AB_ROUNDS:-2})); }
 log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 log "machine"
@@ -166,7 +170,7 @@ if want torch-ab; then
   mapfile -t traces < <(trace_paths)
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   export PYTHONUNBUFFERED=1
-  for round in $(seq "${AB_ROUNDS:-2}"); do
+  for round in $(ab_rounds); do
     native_env python3 test/gpu/torch_passes.py --json "$OUT/tab-native-$round.json" "${traces[@]}" || rc=1
     native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py \
       --json "$OUT/tab-expandable-$round.json" "${traces[@]}" || rc=1
@@ -211,7 +215,7 @@ if want passes-ab; then
     cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
     cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
   mapfile -t traces < <(trace_paths)
-  for round in $(seq "${AB_ROUNDS:-2}"); do
+  for round in $(ab_rounds); do
     order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs first
     for which in $order; do
       bin=./build-gpu/benchmarks/xseg-bench
