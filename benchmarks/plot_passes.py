@@ -1,35 +1,40 @@
 #!/usr/bin/env python3
 """The passes plot for docs/benchmarks.md, as SVG (no plotting library).
 
-    python3 benchmarks/plot_passes.py [RESULTS_DIR [OUT]]
+    python3 benchmarks/plot_passes.py [RESULTS_DIR [OUT [PREFIX]]]
 
-Reads gpu-h100-torch-passes-{native,expandable,xseg}.json from RESULTS_DIR
-(default benchmarks/results; written by test/gpu/torch_passes.py) and
-writes OUT (default docs/img/passes.svg): for each trace, microseconds per
-event through PyTorch from an empty allocator and on the warm second pass,
-one bar per allocator.
+Reads PREFIX-{native,expandable,xseg}.json (PREFIX: gpu-h100-torch-passes)
+from RESULTS_DIR (default benchmarks/results; written by
+test/gpu/torch_passes.py), and PREFIX-xseg-base.json (xseg before a change) where there is one,
+and writes OUT (default docs/img/passes.svg): for each trace, microseconds
+per event through PyTorch from an empty allocator and on the warm second
+pass, one bar per allocator.
 """
 import json
 import os
 import sys
 
 ALLOCATORS = (("native", "#7f7f7f", "PyTorch default"), ("expandable", "#1f77b4", "expandable segments"),
-              ("xseg", "#d62728", "xseg"))
+              ("xseg-base", "#f4a582", "xseg before"), ("xseg", "#d62728", "xseg"))
 PASSES = (("us_per_event_1", "from empty"), ("us_per_event_2", "warm (second pass)"))
 
 
-def load(results):
-    runs = {}
-    for name, _, _ in ALLOCATORS:
-        with open(os.path.join(results, "gpu-h100-torch-passes-%s.json" % name)) as f:
+def load(results, prefix):
+    runs, allocs = {}, []
+    for name, color, label in ALLOCATORS:
+        path = os.path.join(results, "%s-%s.json" % (prefix, name))
+        if name == "xseg-base" and not os.path.exists(path):
+            continue
+        allocs.append((name, color, label))
+        with open(path) as f:
             for r in json.load(f):
                 runs.setdefault(r["trace"], {})[name] = r
-    return runs
+    return runs, allocs
 
 
-def panel(runs, key, title, y0, width, height):
+def panel(runs, allocs, key, title, y0, width, height):
     traces = sorted(runs)
-    top = max(max(runs[t][a][key] for a, _, _ in ALLOCATORS) for t in traces)
+    top = max(max(runs[t][a][key] for a, _, _ in allocs) for t in traces)
     top = (int(top / 5) + 1) * 5
     left, plot_w, plot_h = 50, width - 70, height - 90
     out = ['<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>' % (left, y0 + 18, title)]
@@ -39,9 +44,9 @@ def panel(runs, key, title, y0, width, height):
         out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (left, left + plot_w, y, y))
         out.append('<text x="%d" y="%.1f" font-size="10" text-anchor="end">%d</text>' % (left - 4, y + 3, v))
     group = plot_w / len(traces)
-    bar = group * 0.8 / len(ALLOCATORS)
+    bar = group * 0.8 / len(allocs)
     for i, t in enumerate(traces):
-        for k, (a, color, _) in enumerate(ALLOCATORS):
+        for k, (a, color, _) in enumerate(allocs):
             v = runs[t][a][key]
             h = plot_h * v / top
             x = left + i * group + group * 0.1 + k * bar
@@ -58,14 +63,14 @@ def panel(runs, key, title, y0, width, height):
 def main():
     results = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"
     out_path = sys.argv[2] if len(sys.argv) > 2 else "docs/img/passes.svg"
-    runs = load(results)
+    runs, allocs = load(results, sys.argv[3] if len(sys.argv) > 3 else "gpu-h100-torch-passes")
     width, height = 900, 330
     body = []
     for n, (key, title) in enumerate(PASSES):
-        body += panel(runs, key, "Trace replay through PyTorch, %s (H100, torch 2.11)" % title, n * height, width,
+        body += panel(runs, allocs, key, "Trace replay through PyTorch, %s (H100, torch 2.11)" % title, n * height, width,
                       height)
     legend_y = 2 * height + 10
-    for k, (_, color, label) in enumerate(ALLOCATORS):
+    for k, (_, color, label) in enumerate(allocs):
         x = 60 + k * 200
         body.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>' % (x, legend_y, color))
         body.append('<text x="%d" y="%d" font-size="12">%s</text>' % (x + 18, legend_y + 11, label))

@@ -18,8 +18,9 @@
  * most XS_PIECE_PAGES pages (converting would re-make it as that many page
  * handles).  Otherwise a busy chunk takes fresh memory or waits, and a
  * small one is converted or spared by growing (docs/design.md, "Handle
- * sizing").  A budget of a sixty-fourth, shared, left rmm_uniform at
- * 1.0127 times its peak under --lag 16 (1.0098 with this one). */
+ * sizing").  Letting small idle chunks fill pins up to a sixty-fourth of
+ * the limit left rmm_uniform at 1.0127 times its peak under --lag 16
+ * (1.0098 with this budget). */
 #define XS_PIN_DIV 128
 /* While memory is plentiful a converted chunk of more than XS_PIECE_PAGES
  * pages becomes at most five pieces, a smaller one single pages, which
