@@ -613,6 +613,12 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
   return -1;
 }
 
+/* May a block pin large chunk c instead of converting it: while memory is
+ * plentiful and pinned chunks stay within 1/XS_PIN_DIV of the limit. */
+static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
+  return !tight(d) && d->pinned + c->size <= d->vmm.limit / XS_PIN_DIV;
+}
+
 /* The request would pin large chunk c, whose stream the GPU may still be
  * using, and unmapping c would mean waiting.  Carving the block over it
  * anyway (a pin) costs nothing now, but the chunk's free pages stay stuck
@@ -620,10 +626,6 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
  * within their budget (f->pin set, 1 returned).  Otherwise, with try_grow,
  * take fresh memory if the device has some (*f replaced, 1), else -1: what
  * was found is stale, look again ready to wait.  0: wait and convert. */
-static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
-  return !tight(d) && d->pinned + c->size <= d->vmm.limit / XS_PIN_DIV;
-}
-
 static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c, int try_grow, xs_fit_t *f) {
   if (may_pin(d, c)) {
     f->pin = c;
@@ -750,8 +752,10 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
     }
     /* Keep every free page reclaimable: a block must not pin a whole page
      * of a large handle that holds no data, so that handle is re-made as
-     * page-sized ones first (once: pages are never converted again), and
-     * the search starts over (docs/design.md, "Handle sizing"). */
+     * smaller ones first (pieces, or pages, which never convert again),
+     * and the search starts over - unless avoid_conversion or pin_or_grow
+     * finds a cheaper answer within their bounds (docs/design.md, "Handle
+     * sizing"). */
     xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
     if (c && !grown) {
       int r = avoid_conversion(d, p, size, may_grow, c, &f);

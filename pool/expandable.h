@@ -8,7 +8,7 @@
 
 /* Memory is "plentiful" while at least 1/XS_PLENTIFUL of the limit is free:
  * then growth folds a request's last page into its handle, and a block may
- * pin a large handle the GPU is still using rather than wait for it. */
+ * pin a large handle (XS_PIN_DIV) rather than convert it. */
 #define XS_PLENTIFUL 8
 /* A block placed over part of a large free chunk pins it (the chunk's free
  * pages can be used in place but not reclaimed while data lives in it)
