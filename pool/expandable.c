@@ -517,6 +517,10 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
 
 static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vmm.limit / XS_PLENTIFUL; }
 
+/* A chunk of at most XS_PIECE_PAGES pages: converting it makes single
+ * pages, so avoid_conversion pins it instead where it may. */
+static int small_chunk(size_t size, size_t page) { return size / page <= XS_PIECE_PAGES; }
+
 /* The handles chunk [ca, cb) is re-made as when a block takes [a, b) of
  * it.  While memory is plentiful and the chunk is large (more than
  * XS_PIECE_PAGES pages): the part before the block, the page holding the
@@ -529,7 +533,7 @@ static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vm
  * many. */
 static int pieces(const xs_device_t *d, uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page,
                   uintptr_t cut[5]) {
-  if (tight(d) || (cb - ca) / page <= XS_PIECE_PAGES) return 0; /* pages */
+  if (tight(d) || small_chunk(cb - ca, page)) return 0; /* pages */
   const uintptr_t m = page - 1;
   const uintptr_t raw[5] = {a & ~m, (a + m) & ~m, b & ~m, (b + m) & ~m, cb};
   int n = 0;
@@ -726,7 +730,7 @@ static int grow_instead(const xs_device_t *d, size_t size) {
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_fit_t *f) {
   if (tight(d)) return 0;
   if (whole_chunk_fit(d, p, size, f)) return 1;
-  if (c->size / d->vmm.gran <= XS_PIECE_PAGES && may_pin(d, c)) {
+  if (small_chunk(c->size, d->vmm.gran) && may_pin(d, c)) {
     f->pin = c;
     return 1;
   }
