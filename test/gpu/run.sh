@@ -54,9 +54,17 @@ rc=0
 # The traces FRAG_TRACES names, as paths (none: the benchmark's default, all).
 trace_paths() { for t in ${FRAG_TRACES:-}; do echo "benchmarks/traces/$t.trace"; done; }
 # A/B round numbers: AB_ROUNDS of them, after AB_ROUND0 (0), so that a
-# second call can go on where the first stopped (odd rounds run the base
-# build first, even ones this tree).
+# second call can go on where the first stopped.
 ab_rounds() { seq $((${AB_ROUND0:-0} + 1)) $((${AB_ROUND0:-0} + ${AB_ROUNDS:-2})); }
+# Which build runs first in A/B round $1: the base in odd rounds, this tree
+# in even ones, so that neither always runs first (or last).
+ab_order() { if (($1 % 2)); then echo base new; else echo new base; fi; }
+# xseg-bench built from BASE_TAR into /tmp/base-build.
+build_base_bench() {
+  rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
+    cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
+    cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; return 1; }
+}
 log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 log "machine"
@@ -174,8 +182,7 @@ if want torch-ab; then
     native_env python3 test/gpu/torch_passes.py --json "$OUT/tab-native-$round.json" "${traces[@]}" || rc=1
     native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py \
       --json "$OUT/tab-expandable-$round.json" "${traces[@]}" || rc=1
-    order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs last
-    for which in $order; do
+    for which in $(ab_order "$round"); do
       env PYTHONPATH=/tmp/py-$which:test/gpu XSEG_ALLOC_CONF="${XSEG_CONF:-}" \
         python3 test/gpu/torch_passes.py --json "$OUT/tab-$which-$round.json" "${traces[@]}" || rc=1
     done
@@ -183,12 +190,9 @@ if want torch-ab; then
 fi
 if want ab; then
   log "cached-pair latency: this tree against ${BASE_TAR:-(no BASE_TAR)}"
-  rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
-    cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
-    cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
+  build_base_bench || rc=1
   for round in 1 2 3; do
-    order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs first
-    for which in $order; do
+    for which in $(ab_order "$round"); do
       bin=./build-gpu/benchmarks/xseg-bench
       [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
       printf '%s %s: ' "$which" "$round"
@@ -211,13 +215,10 @@ fi
 
 if want passes-ab; then
   log "passes: this tree against ${BASE_TAR:-(no BASE_TAR)}, alternating"
-  rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
-    cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
-    cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; rc=1; }
+  build_base_bench || rc=1
   mapfile -t traces < <(trace_paths)
   for round in $(ab_rounds); do
-    order="base new"; (( round % 2 == 0 )) && order="new base" # neither always runs first
-    for which in $order; do
+    for which in $(ab_order "$round"); do
       bin=./build-gpu/benchmarks/xseg-bench
       [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
       echo "## $which, round $round"
