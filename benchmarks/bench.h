@@ -70,6 +70,9 @@ size_t replay_events(const trace_t *t, void **ptr);
 
 /* --lag K (host backend): stream work completes only every K events. */
 extern int bench_lag;
+/* Under --lag on the host backend: how 0 holds every stream of t (events
+ * recorded on it stay pending), 1 completes their work, 2 lets them go. */
+void bench_lag_streams(const trace_t *t, int how);
 
 /* Replay through xseg under configuration `conf` (xseg_init). */
 replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running);

@@ -22,7 +22,7 @@ int bench_lag;
 /* --lag K on the host backend: stream work completes only every K events,
  * as on a GPU that runs behind the host (events recorded at frees are
  * pending until then; a wait completes them at once). */
-static void lag_streams(const trace_t *t, int how) {
+void bench_lag_streams(const trace_t *t, int how) {
   xs_backend_t *be = xs_current_backend();
   for (int s = 0; s < t->nstreams; s++) {
     xseg_stream_t st = (xseg_stream_t)(uintptr_t)s;
@@ -45,11 +45,11 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
   void **ptr = calloc(t->nslots, sizeof *ptr);
   r.ok = 1;
   int lag = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
-  if (lag) lag_streams(t, 0);
+  if (lag) bench_lag_streams(t, 0);
   double t0 = now_s();
   for (size_t i = 0; i < t->nev; i++) {
     const ev_t *e = &t->ev[i];
-    if (lag && i % (size_t)bench_lag == 0) lag_streams(t, 1);
+    if (lag && i % (size_t)bench_lag == 0) bench_lag_streams(t, 1);
     if (e->alloc) {
       ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
       if (!ptr[e->slot]) {
@@ -63,7 +63,7 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
     }
   }
   r.seconds = now_s() - t0;
-  if (lag) lag_streams(t, 2);
+  if (lag) bench_lag_streams(t, 2);
   static char json[1 << 16];
   if (xseg_stats_json(0, json, sizeof json) < sizeof json) r.held_peak = (uint64_t)stat_of(json, "\"held_bytes\"");
   for (size_t s = 0; s < t->nslots; s++)

@@ -52,10 +52,13 @@ static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
   d->held_peak = b->held_peak;
 }
 
+static int bench_lagging; /* replay_passes runs under --lag */
+
 size_t replay_events(const trace_t *t, void **ptr) {
   size_t fails = 0;
   for (size_t i = 0; i < t->nev; i++) {
     const ev_t *e = &t->ev[i];
+    if (bench_lagging && i % (size_t)bench_lag == 0) bench_lag_streams(t, 1);
     if (e->alloc) {
       ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
       fails += !ptr[e->slot];
@@ -69,6 +72,9 @@ size_t replay_events(const trace_t *t, void **ptr) {
 
 int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) {
   if (bench_init(conf) != 0) return -1;
+  /* --lag: as in the fragmentation replay (frag.c), a GPU running behind. */
+  bench_lagging = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
+  if (bench_lagging) bench_lag_streams(t, 0);
   void **ptr = calloc(t->nslots, sizeof *ptr);
   int rc = ptr ? 0 : -1;
   for (int k = 0; k < npasses && rc == 0; k++) {
@@ -89,6 +95,8 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) 
     out[k].seconds = dt;
     out[k].failed = fails;
   }
+  if (bench_lagging) bench_lag_streams(t, 2);
+  bench_lagging = 0;
   free(ptr);
   xseg_shutdown();
   return rc;
