@@ -4,7 +4,11 @@
  * cuMemUnmap over many adjacent handles costs less than one call each;
  * whether handles created shareable as POSIX descriptors cost more; and
  * whether access survives unmapping a handle and mapping another at the
- * same address.  The figures behind docs/design.md's driver costs
+ * same address; and what re-making a mapped handle as k smaller mappings
+ * costs, by a release and k new handles (what a conversion does) or by k
+ * mappings of parts of the same handle (cuMemMap's offset), checking
+ * that the parts address the handle's memory and that a part unmapped
+ * and mapped at another address still holds its data.  The figures behind docs/design.md's driver costs
  * (benchmarks/results/gpu-h100-driver-probe.txt).  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
@@ -74,6 +78,103 @@ static void cycle(CUdeviceptr va, int nh, size_t hsz, int fd, int one_access,
          ((t3 - t0) + (t6 - t4)) / nh);
 }
 
+/* Fill pages [0, n) of the range at va with their index, 4 bytes each. */
+static void fill_pages(CUdeviceptr va, int n, size_t page) {
+  for (int i = 0; i < n; i++)
+    CK(cuMemsetD32(va + (size_t)i * page, (unsigned)i + 1, page / 4));
+  CK(cuCtxSynchronize());
+}
+
+/* The first word of page i of the range at va. */
+static unsigned page_word(CUdeviceptr va, int i, size_t page) {
+  unsigned w = 0;
+  CK(cuMemcpyDtoH(&w, va + (size_t)i * page, sizeof w));
+  return w;
+}
+
+/* A handle of npages pages, mapped with access at va and filled. */
+static CUmemGenericAllocationHandle mapped_handle(CUdeviceptr va, int npages, size_t page,
+                                                  const CUmemAllocationProp *prop) {
+  CUmemGenericAllocationHandle h;
+  CK(cuMemCreate(&h, npages * page, prop, 0));
+  CK(cuMemMap(va, npages * page, 0, h, 0));
+  CK(cuMemSetAccess(va, npages * page, &acc, 1));
+  fill_pages(va, npages, page);
+  return h;
+}
+
+/* Can a mapping start at an offset into its handle (cuMemMap's offset)?
+ * Prints and returns the driver's answer. */
+static CUresult offset_probe(CUdeviceptr va) {
+  const size_t page = (size_t)2 << 20;
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle h;
+  CK(cuMemCreate(&h, 2 * page, &prop, 0));
+  CUresult r = cuMemMap(va, page, page, h, 0);
+  if (r == CUDA_SUCCESS) CK(cuMemUnmap(va, page));
+  CK(cuMemRelease(h));
+  const char *msg;
+  cuGetErrorString(r, &msg);
+  printf("mapping the second page of a 2-page handle (offset 2 MiB): %s\n", r == CUDA_SUCCESS ? "works" : msg);
+  return r;
+}
+
+/* Re-make one mapped handle of npages pages as k mappings of equal parts:
+ * (a) release it and create k handles (what a conversion does), and where
+ * the driver allows mapping part of a handle, (b) k mappings of parts of
+ * the same handle with set access each, (c) as (b) with one set access over
+ * the range.  Checks that the parts address the handle's pages, and that a
+ * part unmapped and mapped elsewhere keeps its data. */
+static void convert_probe(CUdeviceptr va, int npages, int k, int offsets) {
+  const size_t page = (size_t)2 << 20, size = npages * page, part = size / k;
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  double us[3] = {0, 0, 0};
+  for (int m = 0; m < (offsets ? 3 : 1); m++) {
+    CUmemGenericAllocationHandle h = mapped_handle(va, npages, page, &prop), parts[64];
+    double t0 = now();
+    CK(cuMemUnmap(va, size));
+    if (m == 0) {
+      CK(cuMemRelease(h));
+      for (int i = 0; i < k; i++) CK(cuMemCreate(&parts[i], part, &prop, 0));
+    }
+    for (int i = 0; i < k; i++) CK(cuMemMap(va + i * part, part, m ? i * part : 0, m ? h : parts[i], 0));
+    if (m == 2)
+      CK(cuMemSetAccess(va, size, &acc, 1));
+    else
+      for (int i = 0; i < k; i++) CK(cuMemSetAccess(va + i * part, part, &acc, 1));
+    us[m] = now() - t0;
+    int bad = 0;
+    if (m) /* the parts still show the handle's pages, in order */
+      for (int i = 0; i < npages; i++) bad += page_word(va, i, page) != (unsigned)i + 1;
+    if (m == 1) { /* the last part, moved 1 GiB up, keeps its data */
+      CUdeviceptr far = va + ((size_t)1 << 30), src = va + (k - 1) * part;
+      CK(cuMemUnmap(src, part));
+      CK(cuMemMap(far, part, (k - 1) * part, h, 0));
+      CK(cuMemSetAccess(far, part, &acc, 1));
+      for (int i = 0; i < (int)(part / page); i++)
+        bad += page_word(far, i, page) != (unsigned)(npages - part / page + i + 1);
+      CK(cuMemUnmap(far, part));
+      CK(cuMemMap(src, part, (k - 1) * part, h, 0));
+      CK(cuMemSetAccess(src, part, &acc, 1));
+    }
+    for (int i = 0; i < k; i++) CK(cuMemUnmap(va + i * part, part));
+    if (m)
+      CK(cuMemRelease(h));
+    else
+      for (int i = 0; i < k; i++) CK(cuMemRelease(parts[i]));
+    if (bad) printf("convert %d pages into %d (method %d): %d pages wrong\n", npages, k, m, bad);
+  }
+  printf("%4d MiB into %2d parts | us: unmap, release, create+map+access each %7.1f", (int)(size >> 20), k, us[0]);
+  if (offsets) printf(" | parts of the same handle, access each %7.1f, one access %7.1f", us[1], us[2]);
+  printf("\n");
+}
+
 int main(void) {
   CK(cuInit(0));
   CUdevice dev;
@@ -112,5 +213,19 @@ int main(void) {
   CUresult r2 = cuCtxSynchronize();
   printf("remap without set access: memset %d, sync %d (0 = access kept)\n",
          (int)r, (int)r2);
+  CK(cuMemUnmap(va, (size_t)2 << 20));
+  CK(cuMemRelease(a));
+  CK(cuMemRelease(b));
+  /* A failed memset above leaves the context usable: CUDA_ERROR_ILLEGAL_ADDRESS
+   * would not, so the probe stops here in that case. */
+  if (r2 != CUDA_SUCCESS) return 0;
+  int offsets = offset_probe(va) == CUDA_SUCCESS;
+  for (int rep = 0; rep < 3; rep++) {
+    convert_probe(va, 16, 2, offsets);
+    convert_probe(va, 16, 4, offsets);
+    convert_probe(va, 16, 16, offsets);
+    convert_probe(va, 64, 4, offsets);
+    convert_probe(va, 256, 4, offsets);
+  }
   return 0;
 }
