@@ -522,18 +522,20 @@ static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vm
 static int small_chunk(size_t size, size_t page) { return size / page <= XS_PIECE_PAGES; }
 
 /* The handles chunk [ca, cb) is re-made as when a block takes [a, b) of
- * it.  While memory is plentiful and the chunk is large (more than
- * XS_PIECE_PAGES pages): the part before the block, the page holding the
- * block's start if the block shares it, the pages the block fills, the page
- * holding its end if shared, and the part after - at most five handles,
- * each wholly under the block or wholly outside it, so every free page
- * stays reclaimable; a later block that covers a part in part converts
- * that part again.  Otherwise single pages, which never convert again.
- * Writes the page-aligned ends of the pieces into cut[] and returns how
- * many. */
-static int pieces(const xs_device_t *d, uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page,
+ * it.  A large chunk (more than XS_PIECE_PAGES pages): the part before the
+ * block, the page holding the block's start if the block shares it, the
+ * pages the block fills, the page holding its end if shared, and the part
+ * after - at most five handles, each wholly under the block or wholly
+ * outside it, so every free page stays reclaimable; a later block that
+ * covers a part in part converts that part again.  Under pressure too:
+ * single pages there made a handle per page, and every move of a page
+ * into a request an unmap, a map and a set access of its own
+ * (docs/design.md, "Handle sizing").  A smaller chunk: single pages, which
+ * never convert again.  Writes the page-aligned ends of the pieces into
+ * cut[] and returns how many. */
+static int pieces(uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page,
                   uintptr_t cut[5]) {
-  if (tight(d) || small_chunk(cb - ca, page)) return 0; /* pages */
+  if (small_chunk(cb - ca, page)) return 0; /* pages */
   const uintptr_t m = page - 1;
   const uintptr_t raw[5] = {a & ~m, (a + m) & ~m, b & ~m, (b + m) & ~m, cb};
   int n = 0;
@@ -558,7 +560,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   *changed = 0;
   if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
   uintptr_t cut[5];
-  int n = pieces(d, ca, cb, a, b, page, cut);
+  int n = pieces(ca, cb, a, b, page, cut);
   /* A block before the chunk that survives what follows: f itself if it
    * keeps a mapped part before the chunk, else its neighbour (live, or
    * unmapped and about to absorb the chunk's pages). */

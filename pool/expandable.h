@@ -22,9 +22,9 @@
  * the limit left rmm_uniform at 1.0127 times its peak under --lag 16
  * (1.0098 with this budget). */
 #define XS_PIN_DIV 128
-/* While memory is plentiful a converted chunk of more than XS_PIECE_PAGES
- * pages becomes at most five pieces, a smaller one single pages, which
- * never convert again (docs/design.md, "Handle sizing"). */
+/* A converted chunk of more than XS_PIECE_PAGES pages becomes at most five
+ * pieces, a smaller one single pages, which never convert again
+ * (docs/design.md, "Handle sizing"). */
 #define XS_PIECE_PAGES 16
 /* A growth while memory is plentiful takes the rest of its last page into
  * its one handle when that rest is at most 1/XS_FOLD_DIV of the request,

@@ -383,6 +383,38 @@ XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Under pressure (less than 1/XS_PLENTIFUL of the limit free) a request
+ * over part of a large free handle (more than XS_PIECE_PAGES pages) re-makes
+ * it as at most five pieces, as while memory is plentiful, not as a handle
+ * per page; every free page stays reclaimable. */
+XT_TEST(large_handles_convert_into_pieces_under_pressure) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0); /* tight below 16 MiB free */
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(64 * MiB, 0, NULL);
+  char *y = xseg_malloc(2 * MiB, 0, NULL), *fill = xseg_malloc(52 * MiB, 0, NULL);
+  XT_REQUIRE(keep && x && y && fill);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 4);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *a = xseg_malloc(20 * MiB, 0, NULL); /* 8 MiB free elsewhere: it goes into x's handle */
+  XT_REQUIRE(a);
+  t_fill(a, 20 * MiB, 3);
+  XT_CHECK_MSG(a >= x && a + 20 * MiB <= x + 64 * MiB, "20 MiB did not land in the free 64 MiB handle");
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
+  long long made = t_stat(0, "num_device_alloc") - creates;
+  XT_CHECK_MSG(made >= 2 && made <= 5, "a 32-page handle became %lld handles under pressure", made);
+  /* The rest of x's handle is reclaimable: 24 MiB live + 104 MiB fills the device. */
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  char *big = xseg_malloc(104 * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "104 MiB beside 24 MiB live on a 128 MiB device: %s", xseg_last_error());
+  XT_CHECK(t_verify(a, 20 * MiB, 3));
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* A request over part of a small idle handle (at most XS_PIECE_PAGES
  * pages) pins it rather than re-make it as page handles, while memory is
  * plentiful and pins stay within their budget (pool/expandable.h,
@@ -509,6 +541,7 @@ int main(void) {
   XT_RUN(placement_shares_pages_only_when_it_saves_one);
   XT_RUN(busy_handles_are_not_pinned_beyond_the_budget);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
+  XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   return XT_DONE();
 }
