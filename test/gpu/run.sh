@@ -17,6 +17,11 @@
 #   passes each trace twice, from empty then warm: time per event and driver
 #          calls (xseg-bench passes), and through PyTorch under three allocators
 #   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, AB_ROUNDS rounds (2)
+#   tight-ab   each trace replayed once under a cap of TIGHT_FACTOR (1.02) times its peak
+#          (grow_then_split, which needs more, 1.03), this tree against BASE_TAR,
+#          alternating, AB_ROUNDS rounds: time and driver calls near the limit
+#   frag-ab    min-budget overhead of xseg (no other allocator) on every shipped trace,
+#          this tree and BASE_TAR, one after the other
 #   torch-ab   torch_passes.py under xseg built from this tree and from BASE_TAR
 #          (each installed with pip --target into its own folder), alternating,
 #          AB_ROUNDS rounds (2; numbered from AB_ROUND0 + 1), plus PyTorch's default allocator and expandable
@@ -225,6 +230,40 @@ if want passes-ab; then
       $bin --backend cuda --json "$OUT/passes-$which-$round.json" passes "${traces[@]}" 2>&1 | grep -v "^xseg-bench\|^config" || rc=1
     done
   done | tee "$OUT/passes-ab.txt"
+fi
+
+if want tight-ab; then
+  log "near the limit: each trace under a cap of ${TIGHT_FACTOR:-1.02} x its peak, this tree against ${BASE_TAR:-(no BASE_TAR)}"
+  build_base_bench || rc=1
+  mapfile -t traces < <(trace_paths)
+  ((${#traces[@]})) || mapfile -t traces < <(ls benchmarks/traces/*.trace)
+  for round in $(ab_rounds); do
+    for which in $(ab_order "$round"); do
+      bin=./build-gpu/benchmarks/xseg-bench
+      [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
+      for t in "${traces[@]}"; do
+        name=$(basename "$t" .trace)
+        factor=${TIGHT_FACTOR:-1.02}
+        [[ $name == grow_then_split ]] && factor=$(python3 -c "print(max($factor, 1.03))")
+        peak=$(sed -n 's/.*peak_live_bytes[ =:]*\([0-9]*\).*/\1/p' "$t" | head -1)
+        mb=$(python3 -c "print(int($peak * $factor / 2**20) + 1)")
+        printf '%-6s round %s %-22s cap %6s MiB: ' "$which" "$round" "$name" "$mb"
+        $bin --backend cuda --conf "max_memory_mb:$mb" --json "$OUT/tight-$which-$round-$name.json" replay "$t" 2>&1 |
+          grep -E "^replayed|^\| Driver" | sed 's/^replayed [^:]*: //' | tr '\n' ' ' | cut -c1-220
+        echo
+      done
+    done
+  done | tee "$OUT/tight-ab.txt"
+fi
+
+if want frag-ab; then
+  log "min-budget overhead of xseg, this tree and ${BASE_TAR:-(no BASE_TAR)}"
+  build_base_bench || rc=1
+  mapfile -t traces < <(trace_paths)
+  ./build-gpu/benchmarks/xseg-bench --backend cuda --only xseg --json "$OUT/frag-new.json" frag "${traces[@]}" 2>&1 |
+    tee "$OUT/frag-new.txt" || rc=1
+  /tmp/base-build/benchmarks/xseg-bench --backend cuda --only xseg --json "$OUT/frag-base.json" frag "${traces[@]}" 2>&1 |
+    tee "$OUT/frag-base.txt" || rc=1
 fi
 
 if want resnet; then
