@@ -64,6 +64,8 @@ ab_rounds() { seq $((${AB_ROUND0:-0} + 1)) $((${AB_ROUND0:-0} + ${AB_ROUNDS:-2})
 # Which build runs first in A/B round $1: the base in odd rounds, this tree
 # in even ones, so that neither always runs first (or last).
 ab_order() { if (($1 % 2)); then echo base new; else echo new base; fi; }
+# The xseg-bench of A/B build $1: base (BASE_TAR's) or new (this tree's).
+ab_bench() { if [[ $1 == base ]]; then echo /tmp/base-build/benchmarks/xseg-bench; else echo ./build-gpu/benchmarks/xseg-bench; fi; }
 # xseg-bench built from BASE_TAR into /tmp/base-build.
 build_base_bench() {
   rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
@@ -198,8 +200,7 @@ if want ab; then
   build_base_bench || rc=1
   for round in 1 2 3; do
     for which in $(ab_order "$round"); do
-      bin=./build-gpu/benchmarks/xseg-bench
-      [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
+      bin=$(ab_bench "$which")
       printf '%s %s: ' "$which" "$round"
       $bin --backend cuda latency 2>&1 | grep -E "^ +[0-9]+ " | awk '{printf "%s=%s ", $1, $2} END {print ""}'
     done
@@ -224,8 +225,7 @@ if want passes-ab; then
   mapfile -t traces < <(trace_paths)
   for round in $(ab_rounds); do
     for which in $(ab_order "$round"); do
-      bin=./build-gpu/benchmarks/xseg-bench
-      [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
+      bin=$(ab_bench "$which")
       echo "## $which, round $round"
       $bin --backend cuda --json "$OUT/passes-$which-$round.json" passes "${traces[@]}" 2>&1 | grep -v "^xseg-bench\|^config" || rc=1
     done
@@ -239,8 +239,7 @@ if want tight-ab; then
   ((${#traces[@]})) || mapfile -t traces < <(ls benchmarks/traces/*.trace)
   for round in $(ab_rounds); do
     for which in $(ab_order "$round"); do
-      bin=./build-gpu/benchmarks/xseg-bench
-      [[ $which == base ]] && bin=/tmp/base-build/benchmarks/xseg-bench
+      bin=$(ab_bench "$which")
       for t in "${traces[@]}"; do
         name=$(basename "$t" .trace)
         factor=${TIGHT_FACTOR:-1.02}
@@ -260,10 +259,10 @@ if want frag-ab; then
   log "min-budget overhead of xseg, this tree and ${BASE_TAR:-(no BASE_TAR)}"
   build_base_bench || rc=1
   mapfile -t traces < <(trace_paths)
-  ./build-gpu/benchmarks/xseg-bench --backend cuda --only xseg --json "$OUT/frag-new.json" frag "${traces[@]}" 2>&1 |
-    tee "$OUT/frag-new.txt" || rc=1
-  /tmp/base-build/benchmarks/xseg-bench --backend cuda --only xseg --json "$OUT/frag-base.json" frag "${traces[@]}" 2>&1 |
-    tee "$OUT/frag-base.txt" || rc=1
+  for which in new base; do
+    "$(ab_bench "$which")" --backend cuda --only xseg --json "$OUT/frag-$which.json" frag "${traces[@]}" 2>&1 |
+      tee "$OUT/frag-$which.txt" || rc=1
+  done
 fi
 
 if want resnet; then
