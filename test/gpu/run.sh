@@ -66,6 +66,16 @@ ab_rounds() { seq $((${AB_ROUND0:-0} + 1)) $((${AB_ROUND0:-0} + ${AB_ROUNDS:-2})
 ab_order() { if (($1 % 2)); then echo base new; else echo new base; fi; }
 # The xseg-bench of A/B build $1: base (BASE_TAR's) or new (this tree's).
 ab_bench() { if [[ $1 == base ]]; then echo /tmp/base-build/benchmarks/xseg-bench; else echo ./build-gpu/benchmarks/xseg-bench; fi; }
+# Run "$@" for each A/B round and each build in its order, with $round,
+# $which and $bin (that build's xseg-bench) set.
+ab_each() {
+  for round in $(ab_rounds); do
+    for which in $(ab_order "$round"); do
+      bin=$(ab_bench "$which")
+      "$@"
+    done
+  done
+}
 # xseg-bench built from BASE_TAR into /tmp/base-build.
 build_base_bench() {
   rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
@@ -223,13 +233,11 @@ if want passes-ab; then
   log "passes: this tree against ${BASE_TAR:-(no BASE_TAR)}, alternating"
   build_base_bench || rc=1
   mapfile -t traces < <(trace_paths)
-  for round in $(ab_rounds); do
-    for which in $(ab_order "$round"); do
-      bin=$(ab_bench "$which")
-      echo "## $which, round $round"
-      $bin --backend cuda --json "$OUT/passes-$which-$round.json" passes "${traces[@]}" 2>&1 | grep -v "^xseg-bench\|^config" || rc=1
-    done
-  done | tee "$OUT/passes-ab.txt"
+  passes_once() {
+    echo "## $which, round $round"
+    $bin --backend cuda --json "$OUT/passes-$which-$round.json" passes "${traces[@]}" 2>&1 | grep -v "^xseg-bench\|^config" || rc=1
+  }
+  ab_each passes_once | tee "$OUT/passes-ab.txt"
 fi
 
 if want tight-ab; then
@@ -237,22 +245,20 @@ if want tight-ab; then
   build_base_bench || rc=1
   mapfile -t traces < <(trace_paths)
   ((${#traces[@]})) || mapfile -t traces < <(ls benchmarks/traces/*.trace)
-  for round in $(ab_rounds); do
-    for which in $(ab_order "$round"); do
-      bin=$(ab_bench "$which")
-      for t in "${traces[@]}"; do
-        name=$(basename "$t" .trace)
-        factor=${TIGHT_FACTOR:-1.02}
-        [[ $name == grow_then_split ]] && factor=$(python3 -c "print(max($factor, 1.03))")
-        peak=$(sed -n 's/.*peak_live_bytes[ =:]*\([0-9]*\).*/\1/p' "$t" | head -1)
-        mb=$(python3 -c "print(int($peak * $factor / 2**20) + 1)")
-        printf '%-6s round %s %-22s cap %6s MiB: ' "$which" "$round" "$name" "$mb"
-        $bin --backend cuda --conf "max_memory_mb:$mb" --json "$OUT/tight-$which-$round-$name.json" replay "$t" 2>&1 |
-          grep -E "^replayed|^\| Driver" | sed 's/^replayed [^:]*: //' | tr '\n' ' ' | cut -c1-220
-        echo
-      done
+  tight_once() {
+    for t in "${traces[@]}"; do
+      name=$(basename "$t" .trace)
+      factor=${TIGHT_FACTOR:-1.02}
+      [[ $name == grow_then_split ]] && factor=$(python3 -c "print(max($factor, 1.03))")
+      peak=$(sed -n 's/.*peak_live_bytes[ =:]*\([0-9]*\).*/\1/p' "$t" | head -1)
+      mb=$(python3 -c "print(int($peak * $factor / 2**20) + 1)")
+      printf '%-6s round %s %-22s cap %6s MiB: ' "$which" "$round" "$name" "$mb"
+      $bin --backend cuda --conf "max_memory_mb:$mb" --json "$OUT/tight-$which-$round-$name.json" replay "$t" 2>&1 |
+        grep -E "^replayed|^\| Driver" | sed 's/^replayed [^:]*: //' | tr '\n' ' ' | cut -c1-220
+      echo
     done
-  done | tee "$OUT/tight-ab.txt"
+  }
+  ab_each tight_once | tee "$OUT/tight-ab.txt"
 fi
 
 if want frag-ab; then
