@@ -5,11 +5,13 @@
  * whether handles created shareable as POSIX descriptors cost more; and
  * whether access survives unmapping a handle and mapping another at the
  * same address; and what re-making a mapped handle as k smaller mappings
- * costs, by a release and k new handles (what a conversion does) or by k
- * mappings of parts of the same handle (cuMemMap's offset), checking
- * that the parts address the handle's memory and that a part unmapped
- * and mapped at another address still holds its data.  The figures behind docs/design.md's driver costs
- * (benchmarks/results/gpu-h100-driver-probe.txt).  Needs a GPU:
+ * costs, by a release and k new handles (what a conversion does) or, where
+ * the driver allows a mapping to start inside its handle (driver 580 does
+ * not), by k mappings of parts of the same handle, checking that the parts
+ * address the handle's memory and that a part unmapped and mapped at
+ * another address still holds its data.  The figures behind
+ * docs/design.md's driver costs (benchmarks/results/gpu-h100-driver-probe.txt,
+ * gpu-h100-driver-probe-convert.txt).  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -o /tmp/driver_probe &&

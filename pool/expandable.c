@@ -21,9 +21,11 @@
  * block before it after every step.
  *
  * A block is never placed over part of a large free chunk (a handle of
- * several pages): that chunk is first re-made as page-sized chunks, so
- * every free page stays reclaimable - unless the GPU may still be using it
- * and memory is plentiful, when the block pins it instead (exp_acquire).
+ * several pages): that chunk is first re-made as smaller handles, each
+ * wholly under the block or wholly outside it (pieces()), so every free
+ * page stays reclaimable - unless memory is plentiful and a cheaper answer
+ * is within its bounds: a pin, fresh memory, a place over whole chunks
+ * (exp_acquire).
  *
  * Fences (pool/alloc.c, xs_stream_safe).  A block freed on stream S is reusable by S at once (stream
  * order), but its pages may be unmapped only when the GPU has finished
@@ -323,8 +325,9 @@ static size_t span_missing(const span_t *sp, size_t size) {
 
 /* A wholly free large chunk at an end of the span that reaches past it
  * holds free pages outside the span, but reclaim cannot take a chunk part
- * of which the span keeps.  Re-make such chunks as pages; returns how many
- * changed anything. */
+ * of which the span keeps.  Re-make such chunks as smaller handles (the
+ * part outside the span gets handles of its own); returns how many changed
+ * anything. */
 static int convert_straddlers(xs_device_t *d, const span_t *sp, size_t size) {
   uintptr_t s = sp->addr, e = s + size;
   int n = 0;
