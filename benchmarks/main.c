@@ -489,8 +489,10 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
 /* Each trace twice in one process (from empty, then warm) with room to
  * spare: time per event and the driver work of each pass. */
 static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
-  printf("\n== passes: each trace twice in one process, room to spare (%s)\n",
+  printf("\n== passes: each trace twice in one process, room to spare (%s",
          o->gpu ? "GPU" : "host backend, 2 x the peak, at least 64 GiB");
+  if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  printf(")\n");
   printf("%-20s %4s %8s %9s %8s %7s %7s %7s %7s %7s %6s %6s %7s\n", "trace", "pass", "events", "ns/event", "driver",
          "create", "release", "map", "unmap", "access", "grows", "conv", "c.pages");
   int rc = 0;

@@ -176,6 +176,18 @@ def main():
         check(out[0] == 0 and "host_capacity_mb:9000 from --conf is not used here" in out[1], "frag names the key it sets",
               out)
 
+        # passes honours --lag (a GPU running behind): says so, and frees
+        # then wait for their fences, which changes what the first pass does.
+        def first_pass(*extra):
+            out = run("--backend", "host", *extra, "passes", "torch_gpt2m_train")
+            rows = [l.split() for l in out[1].splitlines() if l.split()[:2] == ["torch_gpt2m_train", "1"]]
+            return out, rows[0][5:] if rows else None
+        out0, calls0 = first_pass()
+        out4, calls4 = first_pass("--lag", "4")
+        check(out0[0] == 0 and calls0 and "stream work completes" not in out0[1], "passes without --lag", out0)
+        check(out4[0] == 0 and "stream work completes every 4 events" in out4[1], "passes --lag 4 says so", out4)
+        check(calls4 and calls4 != calls0, "passes --lag 4 changes the first pass's driver calls", out4)
+
         # The JSON records the configuration too.
         j = os.path.join(d, "out.json")
         out = run("--quick", "--json", j, "--conf", 'stats_file:', "growth")
