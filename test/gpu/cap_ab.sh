@@ -8,13 +8,12 @@
 #   BASE_TAR=base.tar.gz [TRACES="rmm_uniform ..."] test/gpu/cap_ab.sh
 cd "$(dirname "$0")/../.." || exit 1
 : "${BASE_TAR:?BASE_TAR: a source archive of the base commit}"
-# The base build and the A/B binaries, as run.sh makes them.
-source <(sed -n '/^ab_bench()/p;/^build_base_bench()/,/^}/p' test/gpu/run.sh)
+source test/gpu/ab.sh # the base build and the A/B binaries, as for run.sh
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null &&
   cmake --build build-gpu -j"$(nproc)" --target xseg-bench >/dev/null || exit 1
 build_base_bench || exit 1
 for t in ${TRACES:-rmm_uniform logrand grow_then_split}; do
-  peak=$(sed -n 's/.*peak_live_bytes[ =:]*\([0-9]*\).*/\1/p' "benchmarks/traces/$t.trace" | head -1)
+  peak=$(trace_peak "benchmarks/traces/$t.trace")
   for which in new base; do
     bin=$(ab_bench "$which")
     fits() { "$bin" --backend cuda --conf "max_memory_mb:$1" replay "benchmarks/traces/$t.trace" 2>&1 | grep -q " 0 failed allocations"; }

@@ -58,30 +58,8 @@ TORCH_ARGS=()
 rc=0
 # The traces FRAG_TRACES names, as paths (none: the benchmark's default, all).
 trace_paths() { for t in ${FRAG_TRACES:-}; do echo "benchmarks/traces/$t.trace"; done; }
-# A/B round numbers: AB_ROUNDS of them, after AB_ROUND0 (0), so that a
-# second call can go on where the first stopped.
-ab_rounds() { seq $((${AB_ROUND0:-0} + 1)) $((${AB_ROUND0:-0} + ${AB_ROUNDS:-2})); }
-# Which build runs first in A/B round $1: the base in odd rounds, this tree
-# in even ones, so that neither always runs first (or last).
-ab_order() { if (($1 % 2)); then echo base new; else echo new base; fi; }
-# The xseg-bench of A/B build $1: base (BASE_TAR's) or new (this tree's).
-ab_bench() { if [[ $1 == base ]]; then echo /tmp/base-build/benchmarks/xseg-bench; else echo ./build-gpu/benchmarks/xseg-bench; fi; }
-# Run "$@" for each A/B round and each build in its order, with $round,
-# $which and $bin (that build's xseg-bench) set.
-ab_each() {
-  for round in $(ab_rounds); do
-    for which in $(ab_order "$round"); do
-      bin=$(ab_bench "$which")
-      "$@"
-    done
-  done
-}
-# xseg-bench built from BASE_TAR into /tmp/base-build.
-build_base_bench() {
-  rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
-    cmake -S /tmp/base-src -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DXSEG_TESTS=OFF >/dev/null &&
-    cmake --build /tmp/base-build -j"$(nproc)" --target xseg-bench >/dev/null || { echo "base build failed"; return 1; }
-}
+# A/B helpers: ab_rounds, ab_order, ab_bench, ab_each, build_base_bench, trace_peak.
+source test/gpu/ab.sh
 log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 log "machine"
@@ -250,7 +228,7 @@ if want tight-ab; then
       name=$(basename "$t" .trace)
       factor=${TIGHT_FACTOR:-1.02}
       [[ $name == grow_then_split ]] && factor=$(python3 -c "print(max($factor, 1.03))")
-      peak=$(sed -n 's/.*peak_live_bytes[ =:]*\([0-9]*\).*/\1/p' "$t" | head -1)
+      peak=$(trace_peak "$t")
       mb=$(python3 -c "print(int($peak * $factor / 2**20) + 1)")
       printf '%-6s round %s %-22s cap %6s MiB: ' "$which" "$round" "$name" "$mb"
       $bin --backend cuda --conf "max_memory_mb:$mb" --json "$OUT/tight-$which-$round-$name.json" replay "$t" 2>&1 |
