@@ -243,11 +243,12 @@ static void unpin(xs_device_t *d, xs_block_t *b) {
          x = dir ? x->next : x->prev) {
       if (x->state == XS_BLOCK_LIVE && !x->pin) {
         x->pin = c;
+        x->pin_budget = b->pin_budget;
         return;
       }
     }
   }
-  d->pinned -= c->size;
+  d->pinned[b->pin_budget] -= c->size;
 }
 
 int xs_free(xs_device_t *d, xs_block_t *b) {
@@ -322,7 +323,8 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   }
   if (f->pin) {
     b->pin = f->pin;
-    d->pinned += f->pin->size;
+    b->pin_budget = f->surplus ? 1 : 0;
+    d->pinned[b->pin_budget] += f->pin->size;
   }
   int cls = b->seg->pool->cls;
   b->state = XS_BLOCK_LIVE;
@@ -376,7 +378,7 @@ void *xs_malloc_at(xs_device_t *d, uintptr_t addr, size_t size, xseg_stream_t s,
              (unsigned long)addr, size, (void *)s, pool, d->id);
     return NULL;
   }
-  xs_fit_t f = {b, addr, size, NULL};
+  xs_fit_t f = {b, addr, size, NULL, 0};
   return hand_out(d, &f, size, s);
 }
 

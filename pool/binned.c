@@ -154,7 +154,7 @@ static int bin_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
     return XS_FAILED;
   }
   /* No pages to keep free: the low end. */
-  *out = (xs_fit_t){b, b->addr, size, NULL};
+  *out = (xs_fit_t){b, b->addr, size, NULL, 0};
   return 0;
 }
 

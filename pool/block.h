@@ -72,6 +72,7 @@ struct xs_block_s {
   uint8_t state;          /* XS_BLOCK_* */
   uint8_t mapped;         /* 1: every page under it is mapped (always for live/binned) */
   uint8_t split_counted;  /* free: counted in inactive_split (it had a neighbour) */
+  uint8_t pin_budget;     /* live with a pin: the budget charged, an index of pinned[] */
 };
 
 static inline uintptr_t xs_block_end(const xs_block_t *b) { return b->addr + b->size; }

@@ -8,8 +8,9 @@
  * free set and the sets hold nothing else; every live block is in the
  * pointer map and the map holds nothing else; every page under a mapped
  * block is mapped and every page under an unmapped block is not; chunks
- * agree with the page table; and the statistics equal what the walk
- * counts.  It allocates nothing and changes nothing, so tests may call it
+ * agree with the page table; each pin lies over its block and the pin
+ * budgets equal what the live blocks are charged; and the statistics equal
+ * what the walk counts.  It allocates nothing and changes nothing, so tests may call it
  * after every step.  The device lock is held by the caller.
  */
 #include <inttypes.h>
@@ -27,6 +28,7 @@ typedef struct tally_s {
   int64_t reserved[XS_NCLASS], segments[XS_NCLASS];
   int64_t pending;
   size_t free_mapped, mapped, chunks, chunk_bytes, fixed_bytes;
+  size_t pinned[2];
 } tally_t;
 
 static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t) {
@@ -101,6 +103,12 @@ static int check_block(xs_device_t *d, const xs_segment_t *seg, const xs_block_t
     if (b->requested > b->size)
       BAD("xseg: check: device %d: block %#lx holds %zu bytes for a request of %zu", d->id,
           (unsigned long)b->addr, b->size, b->requested);
+    if (b->pin) {
+      if (b->pin_budget > 1 || b->pin->addr >= xs_block_end(b) || b->pin->addr + b->pin->size <= b->addr)
+        BAD("xseg: check: device %d: block %#lx pins a chunk at %#lx outside it (budget %d)", d->id,
+            (unsigned long)b->addr, (unsigned long)b->pin->addr, b->pin_budget);
+      t->pinned[b->pin_budget] += b->pin->size;
+    }
     t->live[cls]++;
     t->live_bytes[cls] += (int64_t)b->size;
     t->requested[cls] += (int64_t)b->requested;
@@ -253,6 +261,8 @@ int xs_check_device(xs_device_t *d) {
   EQ("the pointer map's size", d->live.count, t.live[0] + t.live[1]);
   EQ("free_mapped_bytes", s->free_mapped_bytes.current, t.free_mapped);
   EQ("the free-mapped count", d->free_mapped, t.free_mapped);
+  EQ("the pinned bytes", d->pinned[0], t.pinned[0]);
+  EQ("the surplus-pinned bytes", d->pinned[1], t.pinned[1]);
   EQ("pending_frees", s->pending_frees.current, t.pending);
   EQ("mapped_bytes", vs->mapped_bytes.current, t.mapped);
   /* Held: every chunk, mapped or cached, and every fixed range. */

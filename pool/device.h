@@ -102,6 +102,7 @@ typedef struct xs_fit_s {
   uintptr_t addr;
   size_t take;       /* the rounded size, or up to the end of its last page */
   xs_chunk_t *pin;   /* a large chunk the block will pin (expandable), or NULL */
+  int surplus;       /* the pin is charged to the surplus budget (pinned[1]) */
 } xs_fit_t;
 
 typedef struct xs_strategy_s {
@@ -155,7 +156,8 @@ struct xs_device_s {
   xs_pending_t *pending;
   size_t npending, cappending;
   size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
-  size_t pinned;               /* bytes of pinned large chunks (XS_PIN_DIV) */
+  size_t pinned[2];            /* bytes of pinned large chunks: [0] small or busy pins, [1] surplus
+                                  pins, each within 1/XS_PIN_DIV of the limit (expandable.h) */
   /* Bytes handed out and returned per class, for the packing rule
    * (expandable.c, XS_PACK_DIV): the allocator's own, so that resetting
    * the user's statistics changes nothing. */

@@ -612,7 +612,7 @@ static uintptr_t place(const xs_device_t *d, const xs_block_t *f, size_t size) {
  * *f set, or -1 (the attempt may have remapped pages: what was found is
  * stale, look again without growing). */
 static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
-  xs_fit_t g = {NULL, 0, size, NULL};
+  xs_fit_t g = {NULL, 0, size, NULL, 0};
   if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
       !pins_big(d, g.b, g.addr, g.take)) {
     *f = g;
@@ -625,7 +625,17 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
 /* May a block pin large chunk c instead of converting it: while memory is
  * plentiful and pinned chunks stay within 1/XS_PIN_DIV of the limit. */
 static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
-  return !tight(d) && d->pinned + c->size <= d->vmm.limit / XS_PIN_DIV;
+  return !tight(d) && d->pinned[0] + c->size <= d->vmm.limit / XS_PIN_DIV;
+}
+
+/* May a block pin large chunk c of any size, charged to the surplus
+ * budget: while the device holds more than 1/XS_SURPLUS_DIV above the
+ * live peak, memory is plentiful, and surplus pins stay within their own
+ * 1/XS_PIN_DIV of the limit (expandable.h). */
+static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
+  const uint64_t peak = d->live_peak;
+  return !tight(d) && d->vmm.held > peak + peak / XS_SURPLUS_DIV &&
+         d->pinned[1] + c->size <= d->vmm.limit / XS_PIN_DIV;
 }
 
 /* The request would pin large chunk c, whose stream the GPU may still be
@@ -699,7 +709,7 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
         size_t e = whole_excess(vs, at[i], take);
         if (e < best) {
           best = e;
-          *out = (xs_fit_t){f, at[i], take, NULL};
+          *out = (xs_fit_t){f, at[i], take, NULL, 0};
           if (e < page) return 1;
         }
       }
@@ -727,16 +737,22 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * become single pages (XS_PIECE_PAGES: up to 16 handles) and the pin
  * budget allows, pin c, as for a busy chunk (may_pin: no driver call; its
  * free pages stay usable in place, and reclaimable once no block in it
- * lives); else, while the device is roomy and holds little more than the
- * live peak (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh
- * memory (one or two handles) and leave c whole for a request of its own
- * size.  1: *f holds the new place; 0: convert after all; -1: a growth
+ * lives); else, while the device holds well over the live peak, pin c
+ * whatever its size within the surplus budget (may_pin_surplus); else,
+ * while the device is roomy and holds little more than the live peak
+ * (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh memory (one
+ * or two handles) and leave c whole for a request of its own size.  1: *f holds the new place; 0: convert after all; -1: a growth
  * attempt failed and may have moved pages, look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_fit_t *f) {
   if (tight(d)) return 0;
   if (whole_chunk_fit(d, p, size, f)) return 1;
   if (small_chunk(c->size, d->vmm.gran) && may_pin(d, c)) {
     f->pin = c;
+    return 1;
+  }
+  if (!small_chunk(c->size, d->vmm.gran) && may_pin_surplus(d, c)) {
+    f->pin = c;
+    f->surplus = 1;
     return 1;
   }
   if (!may_grow || !grow_instead(d, size)) return 0;
@@ -746,7 +762,7 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
   for (;;) {
-    xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL};
+    xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL, 0};
     int grown = f.b == NULL;
     if (grown) {
       int rc = grow(d, p, size, &f.b, &f.addr, &f.take);

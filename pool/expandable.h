@@ -22,6 +22,18 @@
  * the limit left rmm_uniform at 1.0127 times its peak under --lag 16
  * (1.0098 with this budget). */
 #define XS_PIN_DIV 128
+/* Surplus pins.  While the device holds more than 1/XS_SURPLUS_DIV above
+ * the live peak (memory the workload has not needed at once so far), a
+ * block may pin a large chunk of any size rather than convert it, within
+ * a budget of its own of 1/XS_PIN_DIV of the limit, so that these pins do
+ * not crowd out the small ones above.  This is what a repeated workload
+ * meets: its second pass lands on chunks cut for other shapes, and each
+ * conversion cost a release and up to five handles.  Under a cap near the
+ * peak the condition holds only early in a run, before the live peak is
+ * reached (docs/benchmarks.md, "Surplus pins": a quarter left
+ * llm_serving's warm pass at 1.15 driver calls per 100 events, a
+ * sixteenth grow_then_split's at 3.3). */
+#define XS_SURPLUS_DIV 8
 /* A converted chunk of more than XS_PIECE_PAGES pages becomes at most five
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing"). */

@@ -460,6 +460,79 @@ XT_TEST(small_idle_handles_are_pinned_within_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
+ * of a large idle handle converts it while the device holds no more than
+ * an eighth over the live peak; once it holds more (memory freed and
+ * larger requests grown elsewhere), the request pins the handle instead,
+ * with no driver call, within a budget of its own (small pins keep
+ * theirs); beyond that budget it converts again; and when the pinning
+ * blocks are freed every free page is reclaimable. */
+XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
+  /* No surplus: 42 MiB held for a live peak of 42 MiB. */
+  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0); /* each pin budget: 64 MiB */
+  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long conv = t_stat(0, "num_conversions");
+  char *p = xseg_malloc(10 * MiB, 0, NULL);
+  XT_REQUIRE(p);
+  XT_CHECK_MSG(p >= x && p + 10 * MiB <= x + 40 * MiB, "10 MiB did not land in the free 40 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "with no surplus the 20-page handle was not converted");
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(p), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+
+  /* A surplus: 136 MiB held for a live peak of 96 MiB. */
+  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+  x = xseg_malloc(40 * MiB, 0, NULL);
+  f1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *s = xseg_malloc(32 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && s && f2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  char *y = xseg_malloc(60 * MiB, 0, NULL); /* grows: x is too small */
+  XT_REQUIRE(y);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 136 * MiB);
+  conv = t_stat(0, "num_conversions");
+  long long creates = t_stat(0, "num_device_alloc");
+  char *q = xseg_malloc(20 * MiB, 0, NULL);
+  XT_REQUIRE(q);
+  t_fill(q, 20 * MiB, 4);
+  XT_CHECK_MSG(q >= x && q + 20 * MiB <= x + 40 * MiB, "20 MiB did not land in the free 40 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "over a surplus the 20-page handle was converted, not pinned");
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  /* y's 30-page handle would take surplus pins to 100 MiB: converted. */
+  char *r = xseg_malloc(44 * MiB, 0, NULL);
+  XT_REQUIRE(r);
+  t_fill(r, 44 * MiB, 5);
+  XT_CHECK_MSG(r >= y && r + 44 * MiB <= y + 60 * MiB, "44 MiB did not land in the free 60 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a surplus pin went beyond its budget");
+  /* The small pins' budget is not the surplus one: s's 16-page handle is
+   * still pinned (40 + 32 MiB would exceed one budget of 64). */
+  XT_CHECK_EQ(xseg_free(s), 0);
+  char *t = xseg_malloc(26 * MiB, 0, NULL);
+  XT_REQUIRE(t);
+  t_fill(t, 26 * MiB, 6);
+  XT_CHECK_MSG(t >= s && t + 26 * MiB <= s + 32 * MiB, "26 MiB did not land in the free 32 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a small pin was refused for the surplus pins' bytes");
+  XT_CHECK(t_verify(q, 20 * MiB, 4));
+  T_CHECK_HEAP();
+  /* The pins end with q and t: all but the 48 MiB live is reachable. */
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK(t_verify(t, 26 * MiB, 6));
+  XT_CHECK_EQ(xseg_free(t), 0);
+  char *big = xseg_malloc((8192 - 48) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "8144 MiB beside 48 MiB live on an 8192 MiB device: %s", xseg_last_error());
+  XT_CHECK(t_verify(r, 44 * MiB, 5));
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(f2), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
  * request whose best fit covers part of a large free handle takes fresh
  * memory when the device is roomy, holdings stay within a thirty-second
@@ -543,5 +616,6 @@ int main(void) {
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
+  XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   return XT_DONE();
 }
