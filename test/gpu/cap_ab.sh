@@ -8,10 +8,8 @@
 #   BASE_TAR=base.tar.gz [TRACES="rmm_uniform ..."] test/gpu/cap_ab.sh
 cd "$(dirname "$0")/../.." || exit 1
 : "${BASE_TAR:?BASE_TAR: a source archive of the base commit}"
-source test/gpu/ab.sh # the base build and the A/B binaries, as for run.sh
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-  cmake --build build-gpu -j"$(nproc)" --target xseg-bench >/dev/null || exit 1
-build_base_bench || exit 1
+source test/gpu/ab.sh # the two builds and the A/B binaries, as for run.sh
+build_ab_benches || exit 1
 for t in ${TRACES:-rmm_uniform logrand grow_then_split}; do
   peak=$(trace_peak "benchmarks/traces/$t.trace")
   for which in new base; do

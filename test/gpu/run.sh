@@ -58,7 +58,7 @@ TORCH_ARGS=()
 rc=0
 # The traces FRAG_TRACES names, as paths (none: the benchmark's default, all).
 trace_paths() { for t in ${FRAG_TRACES:-}; do echo "benchmarks/traces/$t.trace"; done; }
-# A/B helpers: ab_rounds, ab_order, ab_bench, ab_each, build_base_bench, trace_peak.
+# A/B helpers: ab_rounds, ab_order, ab_bench, ab_each, build_ab_benches, trace_peak.
 source test/gpu/ab.sh
 log() { printf '\n### %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
@@ -185,7 +185,7 @@ if want torch-ab; then
 fi
 if want ab; then
   log "cached-pair latency: this tree against ${BASE_TAR:-(no BASE_TAR)}"
-  build_base_bench || rc=1
+  build_ab_benches || rc=1
   for round in 1 2 3; do
     for which in $(ab_order "$round"); do
       bin=$(ab_bench "$which")
@@ -209,7 +209,7 @@ fi
 
 if want passes-ab; then
   log "passes: this tree against ${BASE_TAR:-(no BASE_TAR)}, alternating"
-  build_base_bench || rc=1
+  build_ab_benches || rc=1
   mapfile -t traces < <(trace_paths)
   passes_once() {
     echo "## $which, round $round"
@@ -220,7 +220,7 @@ fi
 
 if want tight-ab; then
   log "near the limit: each trace under a cap of ${TIGHT_FACTOR:-1.02} x its peak, this tree against ${BASE_TAR:-(no BASE_TAR)}"
-  build_base_bench || rc=1
+  build_ab_benches || rc=1
   mapfile -t traces < <(trace_paths)
   ((${#traces[@]})) || mapfile -t traces < <(ls benchmarks/traces/*.trace)
   tight_once() {
@@ -241,7 +241,7 @@ fi
 
 if want frag-ab; then
   log "min-budget overhead of xseg, this tree and ${BASE_TAR:-(no BASE_TAR)}"
-  build_base_bench || rc=1
+  build_ab_benches || rc=1
   mapfile -t traces < <(trace_paths)
   for which in new base; do
     "$(ab_bench "$which")" --backend cuda --only xseg --json "$OUT/frag-$which.json" frag "${traces[@]}" 2>&1 |
