@@ -352,7 +352,11 @@ walk(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]))' "/tmp/$name
   done
 fi
 
-# The device tool returns at most 8 files: everything in one archive.
-(cd "$OUT" && tar -czf /tmp/all.tgz --exclude=all.tgz . && find . -mindepth 1 -delete && mv /tmp/all.tgz all.tgz)
+# The device tool returns at most 8 files: everything in one archive, all.tgz,
+# or all-2.tgz, all-3.tgz... when an earlier run in the same call left one.
+archive=all.tgz i=1
+while [[ -e "$OUT/$archive" ]]; do archive=all-$((++i)).tgz; done
+(cd "$OUT" && tar -czf /tmp/all.tgz --exclude='all.tgz' --exclude='all-*.tgz' . &&
+  find . -mindepth 1 ! -name 'all.tgz' ! -name 'all-*.tgz' -delete && mv /tmp/all.tgz "$archive")
 log "done (rc=$rc)"
 exit $rc
