@@ -74,8 +74,15 @@ extern int bench_lag;
  * recorded on it stay pending), 1 completes their work, 2 lets them go. */
 void bench_lag_streams(const trace_t *t, int how);
 
-/* Replay through xseg under configuration `conf` (xseg_init). */
-replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running);
+/* --filler MB (host backend): frag's budget is what an allocation outside
+ * xseg leaves free on a device of MB MiB, as on the GPU; 0: the budget is
+ * host_capacity_mb. */
+extern size_t bench_filler_mb;
+
+/* Replay through xseg under configuration `conf` (xseg_init); with fill
+ * bytes > 0, an allocation of that many bytes is made on device 0 through
+ * the backend, outside xseg, before the replay (a filler). */
+replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_t fill);
 
 /* Does the trace replay in a budget of budget_mb MiB?  The caller decides
  * what "the budget" means and which allocator runs. */

@@ -11,15 +11,19 @@
  * address the handle's memory and that a part unmapped and mapped at
  * another address still holds its data.  The figures behind
  * docs/design.md's driver costs (benchmarks/results/gpu-h100-driver-probe.txt,
- * gpu-h100-driver-probe-convert.txt).  Needs a GPU:
+ * gpu-h100-driver-probe-convert.txt).  With the argument "meminfo" it only
+ * times cuMemGetInfo, alone and inside a context push and pop as xseg's
+ * backend calls it after every create (vmm/phys.c, xs_vmm_look).  Needs a
+ * GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -o /tmp/driver_probe &&
- * /tmp/driver_probe
+ * /tmp/driver_probe [meminfo]
  */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #define CK(x)                                                                  \
   do {                                                                         \
@@ -177,13 +181,36 @@ static void convert_probe(CUdeviceptr va, int npages, int k, int offsets) {
   printf("\n");
 }
 
-int main(void) {
+/* cuMemGetInfo's cost, 1000 calls a round, alone and with a push and pop. */
+static void meminfo_probe(CUcontext ctx) {
+  for (int rep = 0; rep < 3; rep++) {
+    size_t fr, to;
+    double t0 = now();
+    for (int i = 0; i < 1000; i++) CK(cuMemGetInfo(&fr, &to));
+    double t1 = now();
+    for (int i = 0; i < 1000; i++) {
+      CUcontext old;
+      CK(cuCtxPushCurrent(ctx));
+      CK(cuMemGetInfo(&fr, &to));
+      CK(cuCtxPopCurrent(&old));
+    }
+    double t2 = now();
+    printf("cuMemGetInfo: %.2f us a call; with a context push and pop %.2f us (free %zu MiB of %zu)\n",
+           (t1 - t0) / 1000, (t2 - t1) / 1000, fr >> 20, to >> 20);
+  }
+}
+
+int main(int argc, char **argv) {
   CK(cuInit(0));
   CUdevice dev;
   CK(cuDeviceGet(&dev, 0));
   CUcontext ctx;
   CK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CK(cuCtxSetCurrent(ctx));
+  if (argc > 1 && !strcmp(argv[1], "meminfo")) {
+    meminfo_probe(ctx);
+    return 0;
+  }
   acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   acc.location.id = 0;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;

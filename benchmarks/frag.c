@@ -10,6 +10,7 @@
  * the others.  Each xseg trial is a fresh xseg_init, so no state carries
  * over.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 #include "host_backend.h"
 
 int bench_lag;
+size_t bench_filler_mb;
 
 /* --lag K on the host backend: stream work completes only every K events,
  * as on a GPU that runs behind the host (events recorded at frees are
@@ -39,9 +41,16 @@ static long long stat_of(const char *json, const char *key) {
   return p ? strtoll(p + 7, NULL, 10) : -1;
 }
 
-replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
+replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_t fill) {
   replay_t r = {0};
   if (bench_init(conf) != 0) return r;
+  uintptr_t filler = 0;
+  xs_backend_t *be = xs_current_backend();
+  if (fill && be->mem_alloc(be, 0, fill, &filler) != 0) {
+    fprintf(stderr, "xseg-bench: a filler of %zu MiB: %s\n", fill >> 20, be->error_string(be));
+    xseg_shutdown();
+    return r;
+  }
   void **ptr = calloc(t->nslots, sizeof *ptr);
   r.ok = 1;
   int lag = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
@@ -69,6 +78,7 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running) {
   for (size_t s = 0; s < t->nslots; s++)
     if (ptr[s]) xseg_free(ptr[s]);
   free(ptr);
+  if (filler) be->mem_free(be, 0, filler, fill);
   xseg_shutdown();
   return r;
 }

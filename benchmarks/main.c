@@ -106,6 +106,9 @@ static void help(void) {
          "  --only A,...         frag measures only these of xseg, xseg-binned, cudaMalloc, cudaMallocAsync\n"
          "  --lag K              host backend: stream work completes only every K events, as on a GPU\n"
          "                       running behind\n"
+         "  --filler MB          host backend, frag: the budget is what an allocation outside xseg leaves\n"
+         "                       free on a device of MB MiB, as on the GPU (81559: an H100), not\n"
+         "                       host_capacity_mb\n"
          "  -h, --help           this text\n"
          "\n"
          "Configuration: every xseg run merges these, key by key, each over the ones before it:\n"
@@ -386,9 +389,14 @@ static int replay_fits(void *ctx, size_t mb) {
   const char *mode = tr->k == AK_XSEG_BIN ? "expandable_segments:False" : "expandable_segments:True";
   if (!tr->o->gpu) {
     if (tr->k != AK_XSEG_EXP && tr->k != AK_XSEG_BIN) return 0;
-    snprintf(forced, sizeof forced, "host_capacity_mb:%zu,%s", mb, mode);
+    /* --filler: a device of bench_filler_mb, all but mb of it held
+     * outside xseg (the filler rounded up to whole 2 MiB pages, the
+     * budget down). */
+    size_t cap = bench_filler_mb ? bench_filler_mb : mb;
+    size_t fill = cap > mb ? (cap - mb + 1) / 2 * 2 : 0;
+    snprintf(forced, sizeof forced, "host_capacity_mb:%zu,%s", cap, mode);
     char *c = run_conf(tr->o, NULL, forced);
-    int ok = replay_xseg(tr->t, c, 0).ok;
+    int ok = replay_xseg(tr->t, c, 0, fill << 20).ok;
     free(c);
     return ok;
   }
@@ -399,7 +407,7 @@ static int replay_fits(void *ctx, size_t mb) {
     ok = replay_cuda(tr->t, tr->k == AK_CUDAMALLOC ? 0 : 1).ok;
   } else {
     char *c = run_conf(tr->o, NULL, mode);
-    ok = replay_xseg(tr->t, c, 0).ok;
+    ok = replay_xseg(tr->t, c, 0, 0).ok;
     free(c);
   }
   gpu_unfill(filler);
@@ -408,8 +416,13 @@ static int replay_fits(void *ctx, size_t mb) {
 
 static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
   int kinds = o->gpu ? AK__COUNT : 2;
-  printf("\n== fragmentation: min-budget overhead = smallest budget that replays / peak live bytes (%s",
-         o->gpu ? "GPU: the rest of device memory held by a filler" : "host backend: host_capacity_mb");
+  printf("\n== fragmentation: min-budget overhead = smallest budget that replays / peak live bytes (");
+  if (o->gpu)
+    printf("GPU: the rest of device memory held by a filler");
+  else if (bench_filler_mb)
+    printf("host backend: a device of %zu MiB, the rest held by a filler", bench_filler_mb);
+  else
+    printf("host backend: host_capacity_mb");
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
   if (o->quick) printf("; quick: the first %d events of each trace", QUICK_EVENTS);
   printf(")\n");
@@ -438,7 +451,7 @@ static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
     }
     /* Replay time per event from an empty cache, with room to spare. */
     char *c = run_conf(o, NULL, o->gpu ? "expandable_segments:True" : "host_capacity_mb:" ROOMY_MB ",expandable_segments:True");
-    replay_t r = replay_xseg(t, c, 1);
+    replay_t r = replay_xseg(t, c, 1, 0);
     free(c);
     double ns = r.seconds * 1e9 / (double)t->nev;
     printf(" %14.0f\n", ns);
@@ -669,7 +682,7 @@ static int load_traces(const opts_t *o, int quick, char **args, int nargs, trace
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_HELP };
+enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_HELP };
 
 static const struct {
   const char *name; /* long form */
@@ -677,7 +690,7 @@ static const struct {
 } options[] = {
     [O_BACKEND] = {"backend", "host|cuda"}, [O_QUICK] = {"quick", NULL}, [O_JSON] = {"json", "FILE"},
     [O_CONF] = {"conf", "K:V,..."},         [O_TRACES] = {"traces", "DIR"}, [O_ONLY] = {"only", "A,..."},
-    [O_LAG] = {"lag", "K"},                 [O_HELP] = {"help", NULL},
+    [O_LAG] = {"lag", "K"},                 [O_FILLER] = {"filler", "MB"}, [O_HELP] = {"help", NULL},
 };
 
 static const struct {
@@ -717,6 +730,14 @@ static int take_option(opts_t *o, cli_t *cl, int id, const char *val) {
     long k = strtol(val, &end, 10);
     if (!*val || *end || k < 1 || k > 1000000000) return usage_error("--lag takes a number of events >= 1, not '%s'", val);
     bench_lag = (int)k;
+    return 0;
+  }
+  case O_FILLER: {
+    char *end;
+    long long mb = strtoll(val, &end, 10);
+    if (!*val || *end || mb < 1 || mb > 16777216)
+      return usage_error("--filler takes a device size in MiB (1..16777216), not '%s'", val);
+    bench_filler_mb = (size_t)mb;
     return 0;
   }
   case O_ONLY: {

@@ -486,7 +486,7 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
    * page-sized handle that later blocks can share.  So it does while the
    * pool packs: what is allocated then is likely to live to the end, and
    * the next block would fill the rest. */
-  int fold = p->cls == XS_LARGE && !pack && xs_vmm_headroom(&d->vmm) >= size + d->vmm.limit / XS_PLENTIFUL;
+  int fold = p->cls == XS_LARGE && !pack && xs_vmm_headroom(&d->vmm) >= size + xs_vmm_room(&d->vmm) / XS_PLENTIFUL;
   int folded;
   int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;
@@ -518,7 +518,11 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   return NULL;
 }
 
-static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < d->vmm.limit / XS_PLENTIFUL; }
+/* Less than 1/XS_PLENTIFUL of the room left: the room is the cap, or the
+ * device's memory less what others hold (xs_vmm_room), so a device that
+ * other processes or allocations outside xseg have nearly filled counts
+ * as tight even far below the cap. */
+static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < xs_vmm_room(&d->vmm) / XS_PLENTIFUL; }
 
 /* A chunk of at most XS_PIECE_PAGES pages: converting it makes single
  * pages, so avoid_conversion pins it instead where it may. */
@@ -625,7 +629,7 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
 /* May a block pin large chunk c instead of converting it: while memory is
  * plentiful and pinned chunks stay within 1/XS_PIN_DIV of the limit. */
 static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
-  return !tight(d) && d->pinned[0] + c->size <= d->vmm.limit / XS_PIN_DIV;
+  return !tight(d) && d->pinned[0] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
 }
 
 /* May a block pin large chunk c of any size, charged to the surplus
@@ -635,7 +639,7 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   const uint64_t peak = d->live_peak;
   return !tight(d) && d->vmm.held > peak + peak / XS_SURPLUS_DIV &&
-         d->pinned[1] + c->size <= d->vmm.limit / XS_PIN_DIV;
+         d->pinned[1] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
 }
 
 /* The request would pin large chunk c, whose stream the GPU may still be
@@ -726,7 +730,7 @@ static int grow_instead(const xs_device_t *d, size_t size) {
   const size_t headroom = xs_vmm_headroom(&d->vmm);
   const uint64_t peak = d->live_peak;
   const uint64_t live = xs_live_bytes(d);
-  return headroom >= need && headroom - need >= d->vmm.limit / XS_ROOMY_DIV &&
+  return headroom >= need && headroom - need >= xs_vmm_room(&d->vmm) / XS_ROOMY_DIV &&
          d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
 }
 

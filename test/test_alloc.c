@@ -460,6 +460,47 @@ XT_TEST(small_idle_handles_are_pinned_within_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Memory held outside xseg (another process, a cudaMalloc, the driver's
+ * context) counts against "plentiful": the room xseg judges by is its cap
+ * or the device less what others hold, looked at after every create
+ * (vmm/phys.c, xs_vmm_look).  With others holding nearly all of a device
+ * far larger than what xseg holds, a request over part of a small idle
+ * handle converts it (memory is tight) instead of pinning it; once the
+ * others' memory is free again and xseg has created a handle since, it
+ * pins as with a device of its own. */
+XT_TEST(memory_held_by_others_counts_against_plenty) {
+  XT_REQUIRE(t_init("host_capacity_mb:2048") == 0);
+  xs_backend_t *be = t_backend();
+  uintptr_t other = 0;
+  XT_REQUIRE(be->mem_alloc(be, 0, (2048 - 18) * MiB, &other) == 0); /* 18 MiB left for xseg */
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(12 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(keep && x && y);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long conv = t_stat(0, "num_conversions");
+  char *a = xseg_malloc(4 * MiB, 0, NULL);
+  XT_REQUIRE(a);
+  t_fill(a, 4 * MiB, 8);
+  XT_CHECK_MSG(a >= x && a + 4 * MiB <= x + 12 * MiB, "4 MiB did not land in the free 12 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1,
+               "16 of the 18 MiB the others left are held: the handle was pinned as if memory were plentiful");
+  T_CHECK_HEAP();
+  /* The others let go; the next create looks again. */
+  XT_CHECK_EQ(be->mem_free(be, 0, other, (2048 - 18) * MiB), 0);
+  char *z = xseg_malloc(6 * MiB, 0, NULL), *w = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(z && w);
+  XT_CHECK_EQ(xseg_free(z), 0);
+  conv = t_stat(0, "num_conversions");
+  char *b = xseg_malloc(2 * MiB + 4096, 0, NULL);
+  XT_REQUIRE(b);
+  XT_CHECK_MSG(b >= z && b + 2 * MiB <= z + 6 * MiB, "2 MiB did not land in the free 6 MiB handle");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "with the device free again the handle was converted, not pinned");
+  XT_CHECK(t_verify(a, 4 * MiB, 8));
+  T_CHECK_HEAP();
+  char *all[] = {keep, y, a, w, b};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) XT_CHECK_EQ(xseg_free(all[i]), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
  * of a large idle handle converts it while the device holds no more than
  * an eighth over the live peak; once it holds more (memory freed and
@@ -617,5 +658,6 @@ int main(void) {
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
+  XT_RUN(memory_held_by_others_counts_against_plenty);
   return XT_DONE();
 }

@@ -108,6 +108,7 @@ def main():
     usage_error(["latency", "--conf"], "'--conf' needs an argument")
     usage_error(["--backend", "gpu"], "'gpu'")
     usage_error(["--lag", "x"], "'x'")
+    usage_error(["--filler", "0", "frag"], "'0'")
     usage_error(["--only", "jemalloc", "frag"], "'jemalloc'")
     usage_error(["latency", "extra"], "'extra'")
     usage_error(["replay"], "replay needs a TRACE")
@@ -187,6 +188,13 @@ def main():
         check(out0[0] == 0 and calls0 and "stream work completes" not in out0[1], "passes without --lag", out0)
         check(out4[0] == 0 and "stream work completes every 4 events" in out4[1], "passes --lag 4 says so", out4)
         check(calls4 and calls4 != calls0, "passes --lag 4 changes the first pass's driver calls", out4)
+
+        # frag --filler (host backend): the budget is what an allocation
+        # outside xseg leaves free on a larger device, as on the GPU.
+        out = run("--backend", "host", "--traces", d, "--filler", "64", "frag", "tiny")
+        rows = [l.split() for l in out[1].splitlines() if l.split()[:1] == ["tiny"]]
+        check(out[0] == 0 and "a device of 64 MiB, the rest held by a filler" in out[1], "frag --filler says so", out)
+        check(rows and float(rows[0][3]) >= 1.0, "frag --filler: a min-budget figure for tiny", out)
 
         # The JSON records the configuration too.
         j = os.path.join(d, "out.json")

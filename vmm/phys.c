@@ -79,6 +79,7 @@ int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t 
   v->vmm = info.vmm;
   snprintf(v->name, sizeof v->name, "%s", info.name);
   v->limit = cap_of(v, fraction, max_bytes);
+  xs_vmm_look(v);
   if (peer_access) {
     int n = 0;
     if (be->device_count(be, &n) == 0) {
@@ -92,6 +93,13 @@ int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t 
 }
 
 void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes) { v->limit = cap_of(v, fraction, max_bytes); }
+
+void xs_vmm_look(xs_vmm_t *v) {
+  size_t fr = 0, to = 0;
+  if (v->be->mem_info(v->be, v->dev, &fr, &to) != 0) return;
+  size_t used = to > fr ? to - fr : 0;
+  v->others = used > v->held ? used - v->held : 0;
+}
 
 uint64_t xs_vmm_now(const xs_vmm_t *v) { return now(v); }
 
@@ -149,10 +157,14 @@ int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
   uint64_t t0 = now(v);
   int rc = v->be->mem_alloc(v->be, v->dev, size, addr);
   v->st.time_create_ns += now(v) - t0;
-  if (rc != 0)
-    return xs_vmm_fail(rc, "xseg: device %d: allocating a segment of %zu bytes failed: %s", v->dev, size,
-                       be_err(v));
+  if (rc != 0) {
+    rc = xs_vmm_fail(rc, "xseg: device %d: allocating a segment of %zu bytes failed: %s", v->dev, size,
+                     be_err(v));
+    xs_vmm_look(v);
+    return rc;
+  }
   v->held += size;
+  xs_vmm_look(v);
   v->st.num_device_alloc++;
   xs_gauge_add(&v->st.held_bytes, (int64_t)size);
   xs_gauge_add(&v->st.mapped_bytes, (int64_t)size);
@@ -190,8 +202,10 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   v->st.time_create_ns += now(v) - t0;
   if (rc != 0) {
     free(c);
-    return xs_vmm_fail(rc, "xseg: device %d: creating a physical handle of %zu bytes failed: %s", v->dev, size,
-                       be_err(v));
+    rc = xs_vmm_fail(rc, "xseg: device %d: creating a physical handle of %zu bytes failed: %s", v->dev, size,
+                     be_err(v));
+    xs_vmm_look(v); /* refused: others may hold more than last seen */
+    return rc;
   }
   c->size = size;
   c->created_ns = t0;
@@ -200,6 +214,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   v->st.num_device_alloc++;
   xs_gauge_add(&v->st.handles_live, 1);
   xs_gauge_add(&v->st.held_bytes, (int64_t)size);
+  xs_vmm_look(v);
   *out = c;
   return 0;
 }

@@ -109,6 +109,7 @@ typedef struct xs_vmm_s {
   size_t total;                  /* device memory */
   size_t limit;                  /* bytes that may be held (fraction / max_memory caps) */
   size_t held;                   /* bytes of chunks and fixed ranges held */
+  size_t others;                 /* device memory held outside xseg at the last look (xs_vmm_look) */
   char name[96];                 /* the device's name */
   int peers[XS_VMM_MAX_PEERS];   /* devices given access besides dev */
   int npeers;
@@ -139,8 +140,24 @@ int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t 
 void xs_vmm_fini(xs_vmm_t *v);
 /* Set the cap again (xseg_set_memory_fraction); what is held stays. */
 void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes);
-/* Bytes that may still be created under the cap. */
-static inline size_t xs_vmm_headroom(const xs_vmm_t *v) { return v->held < v->limit ? v->limit - v->held : 0; }
+/* Look at the device's free memory again: what other processes, the
+ * driver's context and allocations outside xseg hold (xs_vmm_t.others).
+ * Done at init and after every create, so that the allocator's sense of
+ * how much memory is left follows the device, not only its own cap; a
+ * failed query keeps the last look. */
+void xs_vmm_look(xs_vmm_t *v);
+/* The bytes xseg could hold now: its cap, or the device's memory less
+ * what others hold, if that is less. */
+static inline size_t xs_vmm_room(const xs_vmm_t *v) {
+  size_t dev = v->total > v->others ? v->total - v->others : 0;
+  return dev < v->limit ? dev : v->limit;
+}
+/* Bytes that may still be created: under the cap and within the device's
+ * free memory as last seen. */
+static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
+  size_t room = xs_vmm_room(v);
+  return v->held < room ? room - v->held : 0;
+}
 uint64_t xs_vmm_now(const xs_vmm_t *v);
 int xs_vmm_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total);
 /* Can `peer` reach this device's memory?  0 and *can set, or an error. */
