@@ -463,11 +463,11 @@ XT_TEST(small_idle_handles_are_pinned_within_the_budget) {
 /* Memory held outside xseg (another process, a cudaMalloc, the driver's
  * context) counts against "plentiful": the room xseg judges by is its cap
  * or the device less what others hold, looked at after every create
- * (vmm/phys.c, xs_vmm_look).  With others holding nearly all of a device
- * far larger than what xseg holds, a request over part of a small idle
- * handle converts it (memory is tight) instead of pinning it; once the
- * others' memory is free again and xseg has created a handle since, it
- * pins as with a device of its own. */
+ * (vmm/phys.c, xs_vmm_look), every XS_VMM_LOOK_EVERY creates.  With
+ * others holding nearly all of a device far larger than what xseg holds, a
+ * request over part of a small idle handle converts it (memory is tight)
+ * instead of pinning it; once the others' memory is free again and xseg
+ * has looked since, it pins as with a device of its own. */
 XT_TEST(memory_held_by_others_counts_against_plenty) {
   XT_REQUIRE(t_init("host_capacity_mb:2048") == 0);
   xs_backend_t *be = t_backend();
@@ -484,20 +484,24 @@ XT_TEST(memory_held_by_others_counts_against_plenty) {
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1,
                "16 of the 18 MiB the others left are held: the handle was pinned as if memory were plentiful");
   T_CHECK_HEAP();
-  /* The others let go; the next create looks again. */
+  /* The others let go; xseg looks again within XS_VMM_LOOK_EVERY creates. */
   XT_CHECK_EQ(be->mem_free(be, 0, other, (2048 - 18) * MiB), 0);
-  char *z = xseg_malloc(6 * MiB, 0, NULL), *w = xseg_malloc(2 * MiB, 0, NULL);
+  char *grown[XS_VMM_LOOK_EVERY];
+  for (int i = 0; i < XS_VMM_LOOK_EVERY; i++) XT_REQUIRE((grown[i] = xseg_malloc(20 * MiB, 0, NULL)) != NULL);
+  /* 10 MiB: more than the 8 MiB of x's pages still free, a handle of its own. */
+  char *z = xseg_malloc(10 * MiB, 0, NULL), *w = xseg_malloc(2 * MiB, 0, NULL);
   XT_REQUIRE(z && w);
   XT_CHECK_EQ(xseg_free(z), 0);
   conv = t_stat(0, "num_conversions");
-  char *b = xseg_malloc(2 * MiB + 4096, 0, NULL);
+  char *b = xseg_malloc(9 * MiB, 0, NULL);
   XT_REQUIRE(b);
-  XT_CHECK_MSG(b >= z && b + 2 * MiB <= z + 6 * MiB, "2 MiB did not land in the free 6 MiB handle");
+  XT_CHECK_MSG(b >= z && b + 9 * MiB <= z + 10 * MiB, "9 MiB did not land in the free 10 MiB handle");
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "with the device free again the handle was converted, not pinned");
   XT_CHECK(t_verify(a, 4 * MiB, 8));
   T_CHECK_HEAP();
   char *all[] = {keep, y, a, w, b};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) XT_CHECK_EQ(xseg_free(all[i]), 0);
+  for (int i = 0; i < XS_VMM_LOOK_EVERY; i++) XT_CHECK_EQ(xseg_free(grown[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 

@@ -99,6 +99,12 @@ void xs_vmm_look(xs_vmm_t *v) {
   if (v->be->mem_info(v->be, v->dev, &fr, &to) != 0) return;
   size_t used = to > fr ? to - fr : 0;
   v->others = used > v->held ? used - v->held : 0;
+  v->unlooked = 0;
+}
+
+/* A create or segment allocation succeeded: look again every so often. */
+static void created(xs_vmm_t *v) {
+  if (++v->unlooked >= XS_VMM_LOOK_EVERY) xs_vmm_look(v);
 }
 
 uint64_t xs_vmm_now(const xs_vmm_t *v) { return now(v); }
@@ -164,7 +170,7 @@ int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
     return rc;
   }
   v->held += size;
-  xs_vmm_look(v);
+  created(v);
   v->st.num_device_alloc++;
   xs_gauge_add(&v->st.held_bytes, (int64_t)size);
   xs_gauge_add(&v->st.mapped_bytes, (int64_t)size);
@@ -214,7 +220,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   v->st.num_device_alloc++;
   xs_gauge_add(&v->st.handles_live, 1);
   xs_gauge_add(&v->st.held_bytes, (int64_t)size);
-  xs_vmm_look(v);
+  created(v);
   *out = c;
   return 0;
 }

@@ -110,6 +110,7 @@ typedef struct xs_vmm_s {
   size_t limit;                  /* bytes that may be held (fraction / max_memory caps) */
   size_t held;                   /* bytes of chunks and fixed ranges held */
   size_t others;                 /* device memory held outside xseg at the last look (xs_vmm_look) */
+  unsigned unlooked;             /* creates since that look */
   char name[96];                 /* the device's name */
   int peers[XS_VMM_MAX_PEERS];   /* devices given access besides dev */
   int npeers;
@@ -142,9 +143,12 @@ void xs_vmm_fini(xs_vmm_t *v);
 void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes);
 /* Look at the device's free memory again: what other processes, the
  * driver's context and allocations outside xseg hold (xs_vmm_t.others).
- * Done at init and after every create, so that the allocator's sense of
- * how much memory is left follows the device, not only its own cap; a
- * failed query keeps the last look. */
+ * Done at init, after every XS_VMM_LOOK_EVERY creates and after every
+ * refused one, so that the allocator's sense of how much memory is left
+ * follows the device, not only its own cap; a failed query keeps the last
+ * look.  (cuMemGetInfo costs 5-6.5 us on an H100, a quarter of a create:
+ * benchmarks/results/gpu-h100-meminfo.txt.) */
+#define XS_VMM_LOOK_EVERY 8
 void xs_vmm_look(xs_vmm_t *v);
 /* The bytes xseg could hold now: its cap, or the device's memory less
  * what others hold, if that is less. */
