@@ -38,7 +38,8 @@
 #          (DIST_SMOKE=1: one rank, to check the scripts)
 #   replay min-budget overhead of every shipped trace replayed through PyTorch
 #          (torch_replay.py): native, expandable segments, xseg as pluggable
-#          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces)
+#          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces;
+#          REPLAY_BUDGET=filler sets the budget by a raw allocation instead of a cap)
 #   record PyTorch allocation traces (xseg's trace_file) of torch_train.py:
 #          RECORD lists name:mode:steps[:layers:width:heads:vocab] entries,
 #          each written to $OUT/NAME.trace.gz for the host replay benchmark
@@ -324,7 +325,8 @@ if want replay; then
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   for alloc in ${REPLAY_ALLOCATORS:-xseg expandable native}; do
     timeout "${REPLAY_TIMEOUT:-300}" env -u PYTHONPATH python3 test/gpu/torch_replay.py --allocator "$alloc" \
-      --json "$OUT/replay-$alloc.json" "${traces[@]}" 2>"/tmp/replay-$alloc.err" | tee "$OUT/replay-$alloc.txt" || {
+      --budget "${REPLAY_BUDGET:-cap}" --json "$OUT/replay-$alloc.json" "${traces[@]}" 2>"/tmp/replay-$alloc.err" |
+      tee "$OUT/replay-$alloc.txt" || {
       rc=1; echo "replay $alloc failed:"; grep -v "^xseg: out of memory" "/tmp/replay-$alloc.err" | tail -20; }
   done
 fi

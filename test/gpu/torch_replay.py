@@ -26,10 +26,17 @@ allocator held is read back (PyTorch: max_memory_reserved; xseg: held_bytes,
 mapped and cached handles); where it is above the budget the cap was not kept
 to the byte, and the overhead is computed from what was held (marked).
 
+With --budget filler the budget is set as a user meets it instead: no
+allocator cap, and a raw driver allocation (cuMemAlloc, outside every
+allocator) holds all of the device's free memory but the budget for the
+replay's length, as xseg-bench frag does on the GPU.  The figure is then the
+budget: what the allocator needed besides what the driver and the process
+keep anyway.
+
 The allocator is chosen once per process (PyTorch cannot swap it after CUDA
 is initialised), so one run measures one allocator:
 
-    python3 test/gpu/torch_replay.py --allocator xseg --json out.json T1.trace T2.trace
+    python3 test/gpu/torch_replay.py --allocator xseg [--budget cap|filler] --json out.json T1.trace T2.trace
 """
 import argparse
 import json
@@ -71,9 +78,35 @@ def parse_trace(path):
     return events, peak
 
 
+class Filler:
+    """A raw driver allocation (cuMemAlloc through libcuda, on the context
+    PyTorch made current) that leaves a given number of bytes free."""
+
+    def __init__(self):
+        import ctypes
+        self.ct = ctypes
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.ptr = ctypes.c_uint64(0)
+
+    def leave(self, torch, nbytes):
+        free = torch.cuda.mem_get_info(0)[0]
+        if free <= nbytes:
+            return
+        r = self.cu.cuMemAlloc_v2(self.ct.byref(self.ptr), self.ct.c_size_t(free - nbytes))
+        if r != 0:
+            raise SystemExit("torch_replay.py: cuMemAlloc of a %d MiB filler failed (CUresult %d)"
+                             % ((free - nbytes) // MIB, r))
+
+    def release(self):
+        if self.ptr.value:
+            self.cu.cuMemFree_v2(self.ptr)
+            self.ptr.value = 0
+
+
 class Replayer:
-    def __init__(self, allocator):
+    def __init__(self, allocator, budget="cap"):
         self.allocator = allocator
+        self.filler = None
         # Selected as a user would, before torch is imported: xseg by
         # XSEG_ALLOC_CONF alone (the package's autoload), PyTorch's own
         # allocators by PYTORCH_CUDA_ALLOC_CONF.
@@ -96,6 +129,8 @@ class Replayer:
             self.xs = xseg.torch
         self.total = torch.cuda.mem_get_info(0)[1]
         self.streams = {0: torch.cuda.current_stream()}
+        if budget == "filler":
+            self.filler = Filler()
 
     def stream(self, n):
         s = self.streams.get(n)
@@ -104,6 +139,9 @@ class Replayer:
         return s
 
     def set_budget(self, nbytes):
+        if self.filler is not None:
+            self.filler.leave(self.torch, nbytes)
+            return
         self.torch.cuda.set_per_process_memory_fraction(min(1.0, (nbytes + 0.5) / self.total), 0)
 
     def empty(self):
@@ -147,6 +185,8 @@ class Replayer:
         finally:
             live.clear()
             self.empty()
+            if self.filler is not None:
+                self.filler.release()
         return ok
 
     def min_budget(self, events, peak, step=MIB):
@@ -183,12 +223,16 @@ class Replayer:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--allocator", choices=("native", "expandable", "xseg"), required=True)
+    ap.add_argument("--budget", choices=("cap", "filler"), default="cap",
+                    help="the allocator's own cap (default), or a raw allocation leaving the budget free")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
-    r = Replayer(a.allocator)
+    r = Replayer(a.allocator, a.budget)
     props = r.torch.cuda.get_device_properties(0)
-    print("%s on %s (%d MiB), torch %s" % (a.allocator, props.name, r.total // MIB, r.torch.__version__))
+    print("%s on %s (%d MiB), torch %s, budget: %s" % (a.allocator, props.name, r.total // MIB, r.torch.__version__,
+                                                       "the allocator's cap" if a.budget == "cap" else
+                                                       "free memory a raw allocation leaves"))
     print("%-22s %8s %10s %10s %8s %7s %s" % ("trace", "events", "peak MiB", "budget MiB", "overhead",
                                             "trials", "seconds"))
     results = []
@@ -198,7 +242,8 @@ def main():
         t0 = time.time()
         budget, trials, held = r.min_budget(events, peak)
         dt = time.time() - t0
-        capped = budget is not None and held <= budget
+        # Under a filler the budget is physical: nothing can be held beyond it.
+        capped = budget is not None and (a.budget == "filler" or held <= budget)
         # Where the cap was overrun, what the allocator held is the figure.
         over = max(budget, held) / peak if budget else None
         note = "" if capped or not budget else "  (cap overrun: held %d MiB; overhead from that)" % (held // MIB)
@@ -211,7 +256,7 @@ def main():
                         "cap_enforced": capped, "seconds": round(dt, 2)})
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"allocator": a.allocator, "gpu": props.name, "total_bytes": r.total,
+            json.dump({"allocator": a.allocator, "budget": a.budget, "gpu": props.name, "total_bytes": r.total,
                        "torch": r.torch.__version__, "results": results}, f, indent=1)
     return 0 if all(x["overhead"] for x in results) else 1
 
