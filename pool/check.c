@@ -10,8 +10,8 @@
  * block is mapped and every page under an unmapped block is not; chunks
  * agree with the page table; each pin lies over its block and the pin
  * budgets equal what the live blocks are charged; and the statistics equal
- * what the walk counts.  It allocates nothing and changes nothing, so tests may call it
- * after every step.  The device lock is held by the caller.
+ * what the walk counts.  It allocates nothing and changes nothing, so tests
+ * may call it after every step.  The device lock is held by the caller.
  */
 #include <inttypes.h>
 #include <stdio.h>

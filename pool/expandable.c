@@ -627,7 +627,8 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
 }
 
 /* May a block pin large chunk c instead of converting it: while memory is
- * plentiful and pinned chunks stay within 1/XS_PIN_DIV of the limit. */
+ * plentiful and pinned chunks stay within 1/XS_PIN_DIV of the room
+ * (xs_vmm_room: the cap, or the device less what others hold). */
 static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
   return !tight(d) && d->pinned[0] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
 }
@@ -635,7 +636,7 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
 /* May a block pin large chunk c of any size, charged to the surplus
  * budget: while the device holds more than 1/XS_SURPLUS_DIV above the
  * live peak, memory is plentiful, and surplus pins stay within their own
- * 1/XS_PIN_DIV of the limit (expandable.h). */
+ * 1/XS_PIN_DIV of the room (expandable.h). */
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   const uint64_t peak = d->live_peak;
   return !tight(d) && d->vmm.held > peak + peak / XS_SURPLUS_DIV &&
@@ -745,8 +746,9 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * whatever its size within the surplus budget (may_pin_surplus); else,
  * while the device is roomy and holds little more than the live peak
  * (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh memory (one
- * or two handles) and leave c whole for a request of its own size.  1: *f holds the new place; 0: convert after all; -1: a growth
- * attempt failed and may have moved pages, look again. */
+ * or two handles) and leave c whole for a request of its own size.
+ * 1: *f holds the new place; 0: convert after all; -1: a growth attempt
+ * failed and may have moved pages, look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_fit_t *f) {
   if (tight(d)) return 0;
   if (whole_chunk_fit(d, p, size, f)) return 1;
