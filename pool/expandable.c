@@ -522,7 +522,10 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
  * device's memory less what others hold (xs_vmm_room), so a device that
  * other processes or allocations outside xseg have nearly filled counts
  * as tight even far below the cap. */
-static int tight(const xs_device_t *d) { return xs_vmm_headroom(&d->vmm) < xs_vmm_room(&d->vmm) / XS_PLENTIFUL; }
+static int tight(const xs_device_t *d) {
+  const size_t room = xs_vmm_room(&d->vmm), held = d->vmm.held;
+  return (held < room ? room - held : 0) < room / XS_PLENTIFUL;
+}
 
 /* A chunk of at most XS_PIECE_PAGES pages: converting it makes single
  * pages, so avoid_conversion pins it instead where it may. */
