@@ -284,9 +284,11 @@ if want dist; then
       done
     done
     log "NCCL on each allocator's memory (NCCL_DEBUG=INFO lines on registration and transports)"
-    for f in "$OUT"/dist-*-*.log; do
+    # NCCL_DEBUG writes to stdout (the .out files); channel numbers folded so that a transport counts once per direction.
+    for f in "$OUT"/dist-*-*.out; do
       echo "== $(basename "$f")"
-      grep -iE "regist|NVLS|cumem|via P2P|via SHM|via NET|user buffer|ubr" "$f" | sed 's/^[^ ]* [^ ]* //' | sort | uniq -c | sort -rn | head -12
+      grep -iE "regist|NVLS|cumem|via P2P|via SHM|via NET|user buffer|ubr" "$f" | sed 's/^[^ ]* [^ ]* //; s/Channel [0-9]*\/[0-9]* :/Channel NN :/' |
+        sort | uniq -c | sort -rn | head -12
     done | tee "$OUT/dist-nccl.txt"
     python3 - "$OUT/dist.jsonl" <<'PY' || rc=1
 import json, sys
