@@ -646,19 +646,30 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
          d->pinned[1] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
 }
 
+/* May a request of `size` bytes take fresh memory rather than wait for
+ * the GPU to finish with a chunk it would convert: on a device with room
+ * to spare, only while the device then holds little more than the live
+ * peak (XS_AHEAD_DIV, XS_AHEAD_ROOM in expandable.h). */
+static int may_grow_ahead(const xs_device_t *d, size_t size) {
+  const uint64_t need = xs_round_up(size, d->vmm.gran), live = xs_live_bytes(d) + size;
+  const uint64_t peak = live > d->live_peak ? live : d->live_peak;
+  return xs_vmm_room(&d->vmm) / XS_AHEAD_ROOM <= peak || d->vmm.held + need <= peak + peak / XS_AHEAD_DIV;
+}
+
 /* The request would pin large chunk c, whose stream the GPU may still be
  * using, and unmapping c would mean waiting.  Carving the block over it
  * anyway (a pin) costs nothing now, but the chunk's free pages stay stuck
  * for the block's life: so only while memory is plentiful and pins stay
- * within their budget (f->pin set, 1 returned).  Otherwise, with try_grow,
- * take fresh memory if the device has some (*f replaced, 1), else -1: what
- * was found is stale, look again ready to wait.  0: wait and convert. */
+ * within their budget (f->pin set, 1 returned).  Otherwise, with try_grow
+ * and within may_grow_ahead, take fresh memory if the device has some (*f
+ * replaced, 1), else -1: what was found is stale, look again ready to
+ * wait.  0: wait and convert. */
 static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c, int try_grow, xs_fit_t *f) {
   if (may_pin(d, c)) {
     f->pin = c;
     return 1;
   }
-  if (!try_grow) return 0;
+  if (!try_grow || !may_grow_ahead(d, size)) return 0;
   return grow_whole(d, p, size, f);
 }
 

@@ -80,6 +80,21 @@
  * merely whenever nothing is live: random traces pass through that early
  * on, and packing after it cost them (logrand 1.0105 -> 1.0131). */
 #define XS_PACK_DIV 16
+/* Growing ahead of the GPU.  A request whose place covers in part a large
+ * free chunk that the GPU may still be using pins it within the pin
+ * budget, else takes fresh memory, else waits for the GPU and converts
+ * the chunk.  On a device with room for more than XS_AHEAD_ROOM times the
+ * live peak (the request counted), fresh memory is taken only while the
+ * device then holds at most 1/XS_AHEAD_DIV above that peak; beyond it the
+ * request waits.  Without the bound a job small beside its GPU held as
+ * much more as the GPU ran behind: DDP on two H100s, 4.3 GB live a rank,
+ * held up to 8,224-9,152 MiB a rank against 5,992 with PyTorch's default
+ * allocator, and 5,518-5,768 with the bound, at the same step time (a few
+ * waits a run; docs/benchmarks.md, "Several devices").  On a device the
+ * job nearly fills, growth is bounded by the room, and the bound is off:
+ * it moved a min-budget run (llm_serving under --lag 4, 1.0006 -> 1.0041). */
+#define XS_AHEAD_DIV 4
+#define XS_AHEAD_ROOM 2
 
 /* Where to place `size` bytes in the free range [f0, f1), whose ends, where
  * not page-aligned, share their pages with live data: the start with the

@@ -383,6 +383,54 @@ XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Growing ahead of the GPU (pool/expandable.h, XS_AHEAD_DIV and
+ * XS_AHEAD_ROOM).  A request over part of a large free handle the GPU may
+ * still be using, beyond the pin budget, takes fresh memory only while the
+ * device then holds at most a quarter above the live peak, on a device
+ * with room for more than twice that peak; past the bound it waits for the
+ * GPU and converts the handle.  On a device the job nearly fills, it takes
+ * fresh memory as long as there is some. */
+static void grow_ahead_case(size_t capacity_mb, int expect_wait) {
+  char conf[64];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", capacity_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  xs_backend_t *be = t_backend();
+  xs_host_stream_hold(be, NULL); /* the GPU is behind: nothing freed is safe */
+  char *p = xseg_malloc(40 * MiB, 0, NULL);
+  char *q = xseg_malloc(2 * MiB, 0, NULL); /* keeps p's handle from growing into free space */
+  XT_REQUIRE(p && q);
+  t_fill(q, 2 * MiB, 5);
+  XT_CHECK_EQ(xseg_free(p), 0); /* live peak 42 MiB, 42 held */
+  long long held = t_stat(0, "held_bytes.current"), waits = t_stat(0, "num_fence_waits");
+  /* 12 MiB over part of p's 40 MiB handle, which is busy and larger than
+   * any pin budget here: fresh memory would make 54 MiB held, more than
+   * 42 + 42 / 4. */
+  char *a = xseg_malloc(12 * MiB, 0, NULL);
+  XT_REQUIRE(a);
+  t_fill(a, 12 * MiB, 6);
+  const int inside = a >= p && a + 12 * MiB <= p + 40 * MiB;
+  if (expect_wait) {
+    XT_CHECK_MSG(inside, "with room to spare, 12 MiB did not go into the busy 40 MiB handle");
+    XT_CHECK_MSG(t_stat(0, "held_bytes.current") == held, "held %lld MiB, not %lld: the request grew ahead of the GPU",
+                 t_stat(0, "held_bytes.current") >> 20, held >> 20);
+    XT_CHECK_EQ(t_stat(0, "num_fence_waits"), waits + 1);
+  } else {
+    XT_CHECK_MSG(!inside, "on a nearly full device, 12 MiB waited for the busy handle rather than grow");
+    XT_CHECK_EQ(t_stat(0, "held_bytes.current"), held + (long long)(12 * MiB));
+    XT_CHECK_EQ(t_stat(0, "num_fence_waits"), waits);
+  }
+  xs_host_stream_release(be, NULL);
+  XT_CHECK(t_verify(q, 2 * MiB, 5));
+  XT_CHECK(t_verify(a, 12 * MiB, 6));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(growth_ahead_of_a_busy_gpu_is_bounded_with_room_to_spare) { grow_ahead_case(1024, 1); }
+XT_TEST(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device) { grow_ahead_case(80, 0); }
+
 /* Under pressure (less than 1/XS_PLENTIFUL of the limit free) a request
  * over part of a large free handle (more than XS_PIECE_PAGES pages) re-makes
  * it as at most five pieces, as while memory is plentiful, not as a handle
@@ -658,6 +706,8 @@ int main(void) {
   XT_RUN(fails_only_at_physical_limit_small_pages);
   XT_RUN(placement_shares_pages_only_when_it_saves_one);
   XT_RUN(busy_handles_are_not_pinned_beyond_the_budget);
+  XT_RUN(growth_ahead_of_a_busy_gpu_is_bounded_with_room_to_spare);
+  XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
