@@ -65,6 +65,11 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out);
 /* Every event of t through xseg on device 0; ptr has t->nslots entries
  * (NULL where nothing is live).  Returns the allocations that failed. */
 size_t replay_events(const trace_t *t, void **ptr);
+/* Around replay_events, after bench_init(conf): under --lag on the host
+ * backend, hold t's streams so that their work completes every bench_lag
+ * events, and let them go. */
+void replay_lag_begin(const trace_t *t, const char *conf);
+void replay_lag_end(const trace_t *t);
 
 /* ---- xseg replay and budgets (frag.c) -------------------------------------------------- */
 

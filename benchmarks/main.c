@@ -466,19 +466,25 @@ static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
 static int cmd_replay(const opts_t *o, const trace_t *t) {
   char *c = run_conf(o, o->gpu ? NULL : "host_capacity_mb:" ROOMY_MB, NULL);
   int rc = bench_init(c);
-  free(c);
-  if (rc != 0) return 1;
-  void **ptr = calloc(t->nslots, sizeof *ptr);
+  void **ptr = rc == 0 ? calloc(t->nslots, sizeof *ptr) : NULL;
   if (!ptr) {
-    fprintf(stderr, "xseg-bench: out of memory\n");
-    xseg_shutdown();
+    if (rc == 0) {
+      fprintf(stderr, "xseg-bench: out of memory\n");
+      xseg_shutdown();
+    }
+    free(c);
     return 1;
   }
+  replay_lag_begin(t, c);
+  free(c);
   double t0 = now_s();
   size_t fails = replay_events(t, ptr);
   double dt = now_s() - t0;
-  printf("replayed %s: %zu events in %.3f s (%.0f ns/event), %zu failed allocations, peak live %.1f MiB\n", t->name,
+  replay_lag_end(t);
+  printf("replayed %s: %zu events in %.3f s (%.0f ns/event), %zu failed allocations, peak live %.1f MiB", t->name,
          t->nev, dt, dt * 1e9 / (double)t->nev, fails, (double)t->peak_live / (1 << 20));
+  if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  printf("\n");
   xseg_print_summary(0, stdout);
   size_t need = xseg_stats_json(0, NULL, 0);
   char *json = malloc(need + 1);

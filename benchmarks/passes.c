@@ -70,11 +70,20 @@ size_t replay_events(const trace_t *t, void **ptr) {
   return fails;
 }
 
-int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) {
-  if (bench_init(conf) != 0) return -1;
+void replay_lag_begin(const trace_t *t, const char *conf) {
   /* --lag: as in the fragmentation replay (frag.c), a GPU running behind. */
   bench_lagging = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
   if (bench_lagging) bench_lag_streams(t, 0);
+}
+
+void replay_lag_end(const trace_t *t) {
+  if (bench_lagging) bench_lag_streams(t, 2);
+  bench_lagging = 0;
+}
+
+int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) {
+  if (bench_init(conf) != 0) return -1;
+  replay_lag_begin(t, conf);
   void **ptr = calloc(t->nslots, sizeof *ptr);
   int rc = ptr ? 0 : -1;
   for (int k = 0; k < npasses && rc == 0; k++) {
@@ -95,8 +104,7 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) 
     out[k].seconds = dt;
     out[k].failed = fails;
   }
-  if (bench_lagging) bench_lag_streams(t, 2);
-  bench_lagging = 0;
+  replay_lag_end(t);
   free(ptr);
   xseg_shutdown();
   return rc;

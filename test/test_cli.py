@@ -15,6 +15,7 @@ cores; CPU time rather than wall time, so a busy machine does not fail it).
 """
 import errno
 import json
+import re
 import os
 import resource
 import subprocess
@@ -188,6 +189,15 @@ def main():
         check(out0[0] == 0 and calls0 and "stream work completes" not in out0[1], "passes without --lag", out0)
         check(out4[0] == 0 and "stream work completes every 4 events" in out4[1], "passes --lag 4 says so", out4)
         check(calls4 and calls4 != calls0, "passes --lag 4 changes the first pass's driver calls", out4)
+        # So does replay.
+        def replayed(*extra):
+            out = run("--backend", "host", *extra, "replay", "torch_gpt2m_train")
+            m = re.search(r'"num_device_alloc":(\d+)', out[1])
+            return out, m and int(m.group(1))
+        (r0, c0), (r4, c4) = replayed(), replayed("--lag", "4")
+        check(r0[0] == 0 and c0 and "stream work completes" not in r0[1], "replay without --lag", r0)
+        check(r4[0] == 0 and "stream work completes every 4 events" in r4[1], "replay --lag 4 says so", r4)
+        check(c4 and c4 != c0, "replay --lag 4 changes the handles created (%s, %s)" % (c0, c4), r4)
 
         # frag --filler (host backend): the budget is what an allocation
         # outside xseg leaves free on a larger device, as on the GPU.
