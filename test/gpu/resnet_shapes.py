@@ -5,9 +5,10 @@ change every step - batch in {16, 24, ..., 64}, resolution in {160, 192,
 nothing of the allocator; run.sh runs it under each.
 
 The last stdout line is JSON: the allocator, the median step time over
-steps 5..N (ms, synchronised), the mean, the peak memory PyTorch's
-statistics report (reserved) and the peak the driver saw (NVML used memory
-polled every millisecond in a thread, minus the value before the model).
+steps 5..N (ms, synchronised), the mean, every step's time, the peak
+memory PyTorch's statistics report (reserved) and the peak the driver saw
+(NVML used memory polled every millisecond in a thread, minus the value
+before the model).
 """
 import argparse
 import json
@@ -71,6 +72,9 @@ def main():
         "median_ms": statistics.median(times[5:]), "mean_ms": statistics.mean(times[5:]),
         "first5_ms": sum(times[:5]), "reserved_peak_mib": torch.cuda.max_memory_reserved() / 2**20,
         "allocated_peak_mib": torch.cuda.max_memory_allocated() / 2**20,
+        # Every step, in order: the shapes are the same under every allocator
+        # (one seed), so runs compare step by step (run.sh resnet does).
+        "steps_ms": [round(t, 3) for t in times],
     }
     if sampler:
         sampler["run"] = False

@@ -254,10 +254,38 @@ if want resnet; then
   install_python || rc=1
   log "ResNet-50, shapes changing every step (${RESNET_ROUNDS:-2} rounds, alternating)"
   for round in $(seq "${RESNET_ROUNDS:-2}"); do
-    native_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
-    native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
-    xseg_env python3 test/gpu/resnet_shapes.py | tail -1 | tee -a "$OUT/resnet.jsonl"
+    order="native expandable xseg"
+    ((round % 2)) || order="xseg expandable native"
+    for alloc in $order; do
+      case $alloc in
+        native) native_env python3 test/gpu/resnet_shapes.py ;;
+        expandable) native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/resnet_shapes.py ;;
+        xseg) xseg_env python3 test/gpu/resnet_shapes.py ;;
+      esac | tail -1 | sed "s/^{/{\"round\": $round, /" | tee -a "$OUT/resnet.jsonl" | cut -c1-200
+    done
   done
+  # Step by step against PyTorch's default in the same round (the same
+  # shapes in the same order): the median of the per-step ratios, which
+  # the mix of large and small shapes does not move as it moves a median
+  # of the step times themselves.
+  python3 - "$OUT/resnet.jsonl" <<'PY' || rc=1
+import json, statistics as st, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {(r["round"], r["allocator"]): r for r in runs if "round" in r and "steps_ms" in r}
+for alloc in ("native-expandable", "xseg"):
+    ratios, totals = [], []
+    for (rnd, a), r in sorted(by.items()):
+        n = by.get((rnd, "native"))
+        if a != alloc or not n:
+            continue
+        ratios.append(st.median(x / y for x, y in zip(r["steps_ms"][5:], n["steps_ms"][5:])))
+        totals.append(sum(r["steps_ms"][5:]) / sum(n["steps_ms"][5:]))
+    if ratios:
+        res = [by[k]["reserved_peak_mib"] for k in sorted(by) if k[1] == alloc]
+        print("%s against native, per round: step-by-step median ratio %s (median %.3f); steps 5.. total %s; "
+              "reserved peak MiB %s" % (alloc, " ".join("%.3f" % x for x in ratios), st.median(ratios),
+                                        " ".join("%.3f" % x for x in totals), " ".join("%.0f" % x for x in res)))
+PY
 fi
 
 if want dist; then
