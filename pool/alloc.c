@@ -405,8 +405,8 @@ int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what) {
 int xs_empty_cache(xs_device_t *d) {
   /* Emptied with nothing live, the device starts again: what is allocated
    * next is packed as at first use (expandable.c, XS_PACK_DIV), and the
-   * live peak that bounds growing instead of converting (XS_SLACK_DIV) is
-   * the new workload's own. */
+   * live peak that bounds growing instead of converting (XS_SLACK_DIV) and
+   * growing ahead of the GPU (XS_AHEAD_DIV) is the new workload's own. */
   if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0) {
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];
     d->live_peak = 0;
