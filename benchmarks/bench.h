@@ -65,11 +65,6 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out);
 /* Every event of t through xseg on device 0; ptr has t->nslots entries
  * (NULL where nothing is live).  Returns the allocations that failed. */
 size_t replay_events(const trace_t *t, void **ptr);
-/* Around replay_events, after bench_init(conf): under --lag on the host
- * backend, hold t's streams so that their work completes every bench_lag
- * events, and let them go. */
-void replay_lag_begin(const trace_t *t, const char *conf);
-void replay_lag_end(const trace_t *t);
 
 /* ---- xseg replay and budgets (frag.c) -------------------------------------------------- */
 
@@ -78,6 +73,13 @@ extern int bench_lag;
 /* Under --lag on the host backend: how 0 holds every stream of t (events
  * recorded on it stay pending), 1 completes their work, 2 lets them go. */
 void bench_lag_streams(const trace_t *t, int how);
+/* Around a replay of t, after bench_init(conf): under --lag on the host
+ * backend, begin holds t's streams (returns 1), tick before event i
+ * completes their work every bench_lag events, end lets them go.
+ * Elsewhere all three do nothing (begin returns 0). */
+int replay_lag_begin(const trace_t *t, const char *conf);
+void replay_lag_tick(const trace_t *t, size_t i);
+void replay_lag_end(const trace_t *t);
 
 /* --filler MB (host backend): frag's budget is what an allocation outside
  * xseg leaves free on a device of MB MiB, as on the GPU; 0: the budget is

@@ -34,6 +34,23 @@ void bench_lag_streams(const trace_t *t, int how) {
   }
 }
 
+static int lagging; /* a replay under --lag on the host backend is running */
+
+int replay_lag_begin(const trace_t *t, const char *conf) {
+  lagging = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
+  if (lagging) bench_lag_streams(t, 0);
+  return lagging;
+}
+
+void replay_lag_tick(const trace_t *t, size_t i) {
+  if (lagging && i % (size_t)bench_lag == 0) bench_lag_streams(t, 1);
+}
+
+void replay_lag_end(const trace_t *t) {
+  if (lagging) bench_lag_streams(t, 2);
+  lagging = 0;
+}
+
 static long long stat_of(const char *json, const char *key) {
   const char *p = strstr(json, key);
   if (!p) return -1;
@@ -53,12 +70,11 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_
   }
   void **ptr = calloc(t->nslots, sizeof *ptr);
   r.ok = 1;
-  int lag = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
-  if (lag) bench_lag_streams(t, 0);
+  replay_lag_begin(t, conf);
   double t0 = now_s();
   for (size_t i = 0; i < t->nev; i++) {
     const ev_t *e = &t->ev[i];
-    if (lag && i % (size_t)bench_lag == 0) bench_lag_streams(t, 1);
+    replay_lag_tick(t, i);
     if (e->alloc) {
       ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
       if (!ptr[e->slot]) {
@@ -72,7 +88,7 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_
     }
   }
   r.seconds = now_s() - t0;
-  if (lag) bench_lag_streams(t, 2);
+  replay_lag_end(t);
   static char json[1 << 16];
   if (xseg_stats_json(0, json, sizeof json) < sizeof json) r.held_peak = (uint64_t)stat_of(json, "\"held_bytes\"");
   for (size_t s = 0; s < t->nslots; s++)

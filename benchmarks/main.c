@@ -465,13 +465,14 @@ static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
 
 static int cmd_replay(const opts_t *o, const trace_t *t) {
   char *c = run_conf(o, o->gpu ? NULL : "host_capacity_mb:" ROOMY_MB, NULL);
-  int rc = bench_init(c);
-  void **ptr = rc == 0 ? calloc(t->nslots, sizeof *ptr) : NULL;
+  if (bench_init(c) != 0) {
+    free(c);
+    return 1;
+  }
+  void **ptr = calloc(t->nslots, sizeof *ptr);
   if (!ptr) {
-    if (rc == 0) {
-      fprintf(stderr, "xseg-bench: out of memory\n");
-      xseg_shutdown();
-    }
+    fprintf(stderr, "xseg-bench: out of memory\n");
+    xseg_shutdown();
     free(c);
     return 1;
   }

@@ -52,13 +52,11 @@ static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
   d->held_peak = b->held_peak;
 }
 
-static int bench_lagging; /* replay_passes runs under --lag */
-
 size_t replay_events(const trace_t *t, void **ptr) {
   size_t fails = 0;
   for (size_t i = 0; i < t->nev; i++) {
     const ev_t *e = &t->ev[i];
-    if (bench_lagging && i % (size_t)bench_lag == 0) bench_lag_streams(t, 1);
+    replay_lag_tick(t, i);
     if (e->alloc) {
       ptr[e->slot] = xseg_malloc(e->bytes, 0, (xseg_stream_t)(uintptr_t)e->stream);
       fails += !ptr[e->slot];
@@ -70,20 +68,9 @@ size_t replay_events(const trace_t *t, void **ptr) {
   return fails;
 }
 
-void replay_lag_begin(const trace_t *t, const char *conf) {
-  /* --lag: as in the fragmentation replay (frag.c), a GPU running behind. */
-  bench_lagging = bench_lag > 0 && strstr(conf, "backend:host") != NULL;
-  if (bench_lagging) bench_lag_streams(t, 0);
-}
-
-void replay_lag_end(const trace_t *t) {
-  if (bench_lagging) bench_lag_streams(t, 2);
-  bench_lagging = 0;
-}
-
 int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) {
   if (bench_init(conf) != 0) return -1;
-  replay_lag_begin(t, conf);
+  replay_lag_begin(t, conf); /* --lag: as in the fragmentation replay, a GPU running behind */
   void **ptr = calloc(t->nslots, sizeof *ptr);
   int rc = ptr ? 0 : -1;
   for (int k = 0; k < npasses && rc == 0; k++) {
