@@ -13,14 +13,19 @@
  * docs/design.md's driver costs (benchmarks/results/gpu-h100-driver-probe.txt,
  * gpu-h100-driver-probe-convert.txt).  With the argument "meminfo" it only
  * times cuMemGetInfo, alone and inside a context push and pop as xseg's
- * backend calls it after every create (vmm/phys.c, xs_vmm_look).  Needs a
- * GPU:
+ * backend calls it after every create (vmm/phys.c, xs_vmm_look).  With
+ * "overlap" it asks whether cuMemRelease on a second thread runs beside
+ * create, map and set access on the first, or waits for them (a lock in
+ * the driver): the first thread's time to make n handles alone, with the
+ * release of n others inline, and with those releases on the second
+ * thread.  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
- *      -L/usr/local/cuda/lib64/stubs -lcuda -o /tmp/driver_probe &&
- * /tmp/driver_probe [meminfo]
+ *      -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -o /tmp/driver_probe &&
+ * /tmp/driver_probe [meminfo|overlap]
  */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +205,89 @@ static void meminfo_probe(CUcontext ctx) {
   }
 }
 
+/* ---- overlap: releases on a second thread ---- */
+
+typedef struct rel_s {
+  CUmemGenericAllocationHandle *h;
+  int n;
+  CUcontext ctx;
+  double us; /* the thread's own time */
+} rel_t;
+
+static void *release_all(void *arg) {
+  rel_t *r = arg;
+  CK(cuCtxSetCurrent(r->ctx));
+  double t0 = now();
+  for (int i = 0; i < r->n; i++) CK(cuMemRelease(r->h[i]));
+  r->us = now() - t0;
+  return NULL;
+}
+
+/* n handles of hsz created (and, with `used`, mapped, given access and
+ * unmapped again, as a conversion's old handle is), ready to release. */
+static void old_handles(CUmemGenericAllocationHandle *h, int n, size_t hsz, CUdeviceptr va,
+                        const CUmemAllocationProp *prop) {
+  for (int i = 0; i < n; i++) {
+    CK(cuMemCreate(&h[i], hsz, prop, 0));
+    CK(cuMemMap(va + i * hsz, hsz, 0, h[i], 0));
+    CK(cuMemSetAccess(va + i * hsz, hsz, &acc, 1));
+  }
+  CK(cuMemUnmap(va, n * hsz));
+}
+
+/* Mode 0: make n handles at va (create, map, access) and nothing else;
+ * 1: before each, release one old handle inline; 2: the old ones released
+ * by a second thread meanwhile.  Returns the first thread's microseconds;
+ * *rel_us the second thread's (mode 2). */
+static double make_run(CUcontext ctx, CUdeviceptr va, CUdeviceptr old_va, int n, size_t hsz, size_t old_sz,
+                       int mode, double *rel_us) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  static CUmemGenericAllocationHandle olds[512], news[512];
+  if (mode) old_handles(olds, n, old_sz, old_va, &prop);
+  CK(cuCtxSynchronize());
+  rel_t r = {olds, n, ctx, 0};
+  pthread_t th;
+  double t0 = now();
+  if (mode == 2 && pthread_create(&th, NULL, release_all, &r) != 0) exit(1);
+  for (int i = 0; i < n; i++) {
+    if (mode == 1) CK(cuMemRelease(olds[i]));
+    CK(cuMemCreate(&news[i], hsz, &prop, 0));
+    CK(cuMemMap(va + i * hsz, hsz, 0, news[i], 0));
+    CK(cuMemSetAccess(va + i * hsz, hsz, &acc, 1));
+  }
+  double us = now() - t0;
+  if (mode == 2) pthread_join(th, NULL);
+  *rel_us = r.us;
+  CK(cuMemUnmap(va, n * hsz));
+  for (int i = 0; i < n; i++) CK(cuMemRelease(news[i]));
+  return us;
+}
+
+static void overlap_probe(CUcontext ctx) {
+  CUdeviceptr va, old_va;
+  CK(cuMemAddressReserve(&va, (size_t)16 << 30, 0, 0, 0));
+  CK(cuMemAddressReserve(&old_va, (size_t)16 << 30, 0, 0, 0));
+  struct {
+    size_t make, old;
+    int n;
+  } cases[] = {{(size_t)2 << 20, (size_t)2 << 20, 256},
+               {(size_t)8 << 20, (size_t)64 << 20, 64},
+               {(size_t)32 << 20, (size_t)32 << 20, 64},
+               {(size_t)64 << 20, (size_t)512 << 20, 16}};
+  for (int rep = 0; rep < 5; rep++)
+    for (int c = 0; c < 4; c++) {
+      double us[3], rel = 0, r;
+      for (int m = 0; m < 3; m++) us[m] = make_run(ctx, va, old_va, cases[c].n, cases[c].make, cases[c].old, m, m == 2 ? &rel : &r);
+      printf("overlap: make %3zu MiB x %3d, release %3zu MiB | us per handle made: alone %6.1f, "
+             "releases inline %6.1f, releases on a second thread %6.1f (that thread %6.1f per release)\n",
+             cases[c].make >> 20, cases[c].n, cases[c].old >> 20, us[0] / cases[c].n, us[1] / cases[c].n,
+             us[2] / cases[c].n, rel / cases[c].n);
+    }
+}
+
 int main(int argc, char **argv) {
   CK(cuInit(0));
   CUdevice dev;
@@ -214,6 +302,10 @@ int main(int argc, char **argv) {
   acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   acc.location.id = 0;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (argc > 1 && !strcmp(argv[1], "overlap")) {
+    overlap_probe(ctx);
+    return 0;
+  }
   CUdeviceptr va;
   CK(cuMemAddressReserve(&va, (size_t)8 << 30, 0, 0, 0));
   struct {

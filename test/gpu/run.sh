@@ -26,6 +26,9 @@
 #          (each installed with pip --target into its own folder), alternating,
 #          AB_ROUNDS rounds (2; numbered from AB_ROUND0 + 1), plus PyTorch's default allocator and expandable
 #          segments in each round
+#   conf-ab    one build, two settings: xseg-bench passes and torch_passes.py under
+#          XSEG_ALLOC_CONF=CONF_A and CONF_B (default: release_thread:True / False),
+#          alternating, AB_ROUNDS rounds, plus PyTorch's default allocator each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
@@ -183,6 +186,25 @@ if want torch-ab; then
         python3 test/gpu/torch_passes.py --json "$OUT/tab-$which-$round.json" "${traces[@]}" || rc=1
     done
   done
+fi
+if want conf-ab; then
+  conf_a=${CONF_A:-release_thread:True} conf_b=${CONF_B:-release_thread:False}
+  log "passes under two settings of one build, alternating: a = $conf_a, b = $conf_b"
+  install_python || rc=1
+  mapfile -t traces < <(trace_paths)
+  [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
+  export PYTHONUNBUFFERED=1
+  for round in $(ab_rounds); do
+    native_env python3 test/gpu/torch_passes.py --json "$OUT/cab-native-$round.json" "${traces[@]}" || rc=1
+    for which in $(ab_order "$round" | sed 's/base/b/; s/new/a/'); do
+      [[ $which == a ]] && conf=$conf_a || conf=$conf_b
+      echo "## $which ($conf), round $round"
+      ./build-gpu/benchmarks/xseg-bench --backend cuda --conf "$conf" --json "$OUT/cab-c-$which-$round.json" \
+        passes "${traces[@]}" 2>&1 | grep -v "^xseg-bench\|^config" || rc=1
+      XSEG_CONF=$conf xseg_env python3 test/gpu/torch_passes.py --json "$OUT/cab-$which-$round.json" \
+        "${traces[@]}" || rc=1
+    done
+  done 2>&1 | tee "$OUT/conf-ab.txt"
 fi
 if want ab; then
   log "cached-pair latency: this tree against ${BASE_TAR:-(no BASE_TAR)}"
