@@ -34,8 +34,7 @@ size_t xs_round_size(const xs_device_t *d, size_t size) {
 int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *cfg) {
   d->id = id;
   d->cfg = cfg;
-  int rc = xs_vmm_init(&d->vmm, be, id, cfg->memory_fraction, cfg->max_memory, cfg->peer_access,
-                       cfg->release_thread);
+  int rc = xs_vmm_init(&d->vmm, be, id, cfg->memory_fraction, cfg->max_memory, cfg->peer_access);
   if (rc != 0) return xs_error_vmm(rc);
   d->strat = cfg->expandable && d->vmm.vmm ? &xs_expandable_strategy : &xs_binned_strategy;
   if (cfg->verbose)

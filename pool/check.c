@@ -265,11 +265,10 @@ int xs_check_device(xs_device_t *d) {
   EQ("the surplus-pinned bytes", d->pinned[1], t.pinned[1]);
   EQ("pending_frees", s->pending_frees.current, t.pending);
   EQ("mapped_bytes", vs->mapped_bytes.current, t.mapped);
-  /* Held: every chunk, mapped or cached, every fixed range, and the
-   * handles the releaser has not been seen to release (vmm/release.c). */
-  EQ("handles_live", vs->handles_live.current, t.chunks + ncached + v->npending);
-  EQ("held_bytes", vs->held_bytes.current, t.chunk_bytes + cached + t.fixed_bytes + v->pending);
-  EQ("the physical layer's held bytes", v->held + v->pending, vs->held_bytes.current);
+  /* Held: every chunk, mapped or cached, and every fixed range. */
+  EQ("handles_live", vs->handles_live.current, t.chunks + ncached);
+  EQ("held_bytes", vs->held_bytes.current, t.chunk_bytes + cached + t.fixed_bytes);
+  EQ("the physical layer's held bytes", v->held, vs->held_bytes.current);
   for (int k = 0; k < XS_NCLASS; k++) {
     int ty = 1 + k;
     EQ("allocation", s->allocation[ty].current, t.live[k]);

@@ -40,7 +40,6 @@ typedef enum xs_opt_e {
   XS_OPT_HOST_GRANULARITY_KB,
   XS_OPT_HOST_DEVICES,
   XS_OPT_PEER_ACCESS,
-  XS_OPT_RELEASE_THREAD,
   XS_OPT_STATS_FILE,
   XS_OPT_TRACE_FILE,
   XS_OPT_VERBOSE,
@@ -61,7 +60,6 @@ typedef struct xs_config_s {
   size_t host_granularity;      /* bytes, default 2 MiB */
   int host_devices;             /* default 1 */
   int peer_access;              /* 1: give every other device access; default 0 */
-  int release_thread;           /* 1 (default): large handles released on a thread of their own */
   char stats_file[XS_PATH_MAX]; /* "" = none */
   char trace_file[XS_PATH_MAX]; /* "" = none */
   int verbose;                  /* default 0 */

@@ -553,77 +553,6 @@ XT_TEST(memory_held_by_others_counts_against_plenty) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
-/* A conversion gives its large handle back on the release thread
- * (vmm/release.c) while the room holds it and its pieces: the handle is
- * counted as releasing, and held, until the thread is seen to be done; a
- * request that needs its memory waits for it, under a cap and where the
- * device itself refuses; a release the driver refuses returns the handle
- * to the cache, and empty_cache releases it; release_thread:False releases
- * inline. */
-static void release_case(const char *conf, int threaded, int fault, size_t filler_mib, size_t then_mib) {
-  XT_REQUIRE(t_init(conf) == 0);
-  xs_backend_t *be = t_backend();
-  char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(256 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(keep && x && y);
-  XT_CHECK_EQ(xseg_free(x), 0);
-  long long conv = t_stat(0, "num_conversions"), freed = t_stat(0, "num_device_free");
-  long long given = t_stat(0, "num_thread_releases");
-  if (fault) xs_host_fail(be, XS_CALL_RELEASE, 1, XSEG_EBACKEND, 0);
-  /* Slow enough that the release is still under way when b asks. */
-  if (then_mib) xs_host_slow_release(be, 200 * 1000 * 1000);
-  char *a = xseg_malloc(100 * MiB, 0, NULL);
-  XT_REQUIRE(a);
-  t_fill(a, 100 * MiB, 11);
-  XT_CHECK_MSG(a >= x && a + 100 * MiB <= x + 256 * MiB, "100 MiB did not land in the free 256 MiB handle");
-  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
-  XT_CHECK_EQ(t_stat(0, "num_thread_releases"), given + threaded);
-  long long releasing = t_stat(0, "handles_releasing.current"), now_freed = t_stat(0, "num_device_free") - freed;
-  XT_CHECK_EQ(now_freed, 1); /* a release given to the thread counts when given */
-  if (threaded) { /* five creates so far: no look at the device (every eighth) has collected it */
-    XT_CHECK_MSG(releasing == 1, "the 256 MiB handle: %lld releasing", releasing);
-    XT_CHECK_EQ(t_stat(0, "releasing_bytes.current"), (long long)(256 * MiB));
-  } else {
-    XT_CHECK_MSG(releasing == 0, "release_thread:False: %lld releasing", releasing);
-  }
-  T_CHECK_HEAP();
-  uintptr_t other = 0;
-  if (filler_mib) XT_REQUIRE(be->mem_alloc(be, 0, filler_mib * MiB, &other) == 0); /* unseen by xseg */
-  long long retries = t_stat(0, "num_alloc_retries");
-  char *b = then_mib ? xseg_malloc(then_mib * MiB, 0, NULL) : NULL;
-  XT_CHECK_MSG(!then_mib || b, "%s: %zu MiB that needs the memory being released: %s", conf, then_mib, xseg_last_error());
-  /* It waited for the release: no failed create, no retry. */
-  XT_CHECK_MSG(t_stat(0, "num_alloc_retries") == retries, "%s: %lld retries", conf, t_stat(0, "num_alloc_retries") - retries);
-  xs_host_slow_release(be, 0);
-  if (b) t_fill(b, then_mib * MiB, 12);
-  XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  XT_CHECK_EQ(t_stat(0, "handles_releasing.current"), 0);
-  XT_CHECK_EQ(t_stat(0, "releasing_bytes.current"), 0);
-  xs_host_counters_t hc = t_counters();
-  XT_CHECK_EQ((long long)hc.handles_live - (long long)hc.mem_allocs_live, t_stat(0, "handles_live.current"));
-  XT_CHECK_EQ((long long)hc.failed[XS_CALL_RELEASE], fault ? 1 : 0);
-  XT_CHECK(t_verify(a, 100 * MiB, 11));
-  if (b) XT_CHECK(t_verify(b, then_mib * MiB, 12));
-  T_CHECK_HEAP();
-  if (filler_mib) XT_CHECK_EQ(be->mem_free(be, 0, other, filler_mib * MiB), 0);
-  char *all[] = {keep, y, a, b};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (all[i]) XT_CHECK_EQ(xseg_free(all[i]), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
-}
-
-XT_TEST(large_handles_are_released_on_a_thread_of_their_own) {
-  release_case("host_capacity_mb:4096", 1, 0, 0, 0);
-  release_case("host_capacity_mb:4096,release_thread:False", 0, 0, 0, 0);
-  /* 260 MiB held, 256 releasing: 370 more passes a 640 MiB cap until the
-   * release is done; on a 1024 MiB device with 140 MiB taken by others,
-   * the device refuses it until then. */
-  release_case("host_capacity_mb:4096,max_memory_mb:640", 1, 0, 0, 370);
-  release_case("host_capacity_mb:4096,max_memory_mb:640,release_thread:False", 0, 0, 0, 370);
-  release_case("host_capacity_mb:1024", 1, 0, 140, 370);
-  /* The driver refuses the release: the handle goes back to the cache. */
-  release_case("host_capacity_mb:4096", 1, 1, 0, 0);
-}
-
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
  * of a large idle handle converts it while the device holds no more than
  * an eighth over the live peak; once it holds more (memory freed and
@@ -784,6 +713,5 @@ int main(void) {
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(memory_held_by_others_counts_against_plenty);
-  XT_RUN(large_handles_are_released_on_a_thread_of_their_own);
   return XT_DONE();
 }

@@ -102,7 +102,6 @@ XT_TEST(defaults) {
   XT_CHECK_EQ(c.host_granularity, 2 * MB);
   XT_CHECK_EQ(c.host_devices, 1);
   XT_CHECK_EQ(c.peer_access, 0);
-  XT_CHECK_EQ(c.release_thread, 1);
   XT_CHECK_EQ(c.stats_file[0], 0);
   XT_CHECK_EQ(c.trace_file[0], 0);
   XT_CHECK_EQ(c.verbose, 0);
@@ -133,7 +132,6 @@ XT_TEST(key_booleans) {
   } keys[] = {
       {"expandable_segments", XS_OPT_EXPANDABLE_SEGMENTS, offsetof(xs_config_t, expandable)},
       {"peer_access", XS_OPT_PEER_ACCESS, offsetof(xs_config_t, peer_access)},
-      {"release_thread", XS_OPT_RELEASE_THREAD, offsetof(xs_config_t, release_thread)},
       {"verbose", XS_OPT_VERBOSE, offsetof(xs_config_t, verbose)},
   };
   static const struct {

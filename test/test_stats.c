@@ -885,14 +885,10 @@ static int check_against_snapshot(const jv_t *s, const jv_t *snap, int expandabl
   SC(jint(s, "cached_handle_bytes.current") == t.cached_bytes, "cached_handle_bytes.current %lld, snapshot %lld",
      jint(s, "cached_handle_bytes.current"), t.cached_bytes);
   if (expandable) {
-    /* Handles handed to the release thread are held until it is seen to release them. */
-    long long rel_bytes = jint(s, "releasing_bytes.current"), rel_n = jint(s, "handles_releasing.current");
-    SC(jint(s, "held_bytes.current") == t.reserved[0] + t.cached_bytes + rel_bytes,
-       "held_bytes.current %lld, mapped+cached+releasing %lld", jint(s, "held_bytes.current"),
-       t.reserved[0] + t.cached_bytes + rel_bytes);
-    SC(jint(s, "handles_live.current") == t.segments[0] + t.cached + rel_n,
-       "handles_live.current %lld, chunks+cached+releasing %lld", jint(s, "handles_live.current"),
-       t.segments[0] + t.cached + rel_n);
+    SC(jint(s, "held_bytes.current") == t.reserved[0] + t.cached_bytes, "held_bytes.current %lld, mapped+cached %lld",
+       jint(s, "held_bytes.current"), t.reserved[0] + t.cached_bytes);
+    SC(jint(s, "handles_live.current") == t.segments[0] + t.cached, "handles_live.current %lld, chunks+cached %lld",
+       jint(s, "handles_live.current"), t.segments[0] + t.cached);
     SC(jint(s, "reserved_address_bytes.current") == t.address_bytes,
        "reserved_address_bytes.current %lld, segments span %lld", jint(s, "reserved_address_bytes.current"),
        t.address_bytes);

@@ -22,7 +22,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,7 +113,6 @@ typedef struct host_s {
   size_t nma, capma;
   uint64_t ncalls[XS_CALL__COUNT];
   hfault_t fault[XS_CALL__COUNT];
-  _Atomic uint64_t release_ns; /* xs_host_slow_release: each release first sleeps this long */
 } host_t;
 
 static _Thread_local char host_err[256];
@@ -435,8 +433,6 @@ static int host_create(xs_backend_t *b, int dev, size_t size, xs_handle_t *out) 
   CALL(H(b), dev, XS_CALL_CREATE, op_create(H(b), dev, size, out));
 }
 static int host_release(xs_backend_t *b, int dev, xs_handle_t id) {
-  uint64_t ns = atomic_load_explicit(&H(b)->release_ns, memory_order_relaxed);
-  if (ns) nanosleep(&(struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)}, NULL);
   CALL(H(b), dev, XS_CALL_RELEASE, op_release(H(b), dev, id));
 }
 static int host_map(xs_backend_t *b, int dev, uintptr_t addr, size_t size, xs_handle_t id) {
@@ -773,10 +769,6 @@ void xs_host_fail(xs_backend_t *b, xs_call_t kind, uint64_t n, int code, int sti
   pthread_mutex_lock(&h->mu);
   h->fault[kind] = (hfault_t){h->ncalls[kind] + n, code ? code : XSEG_EBACKEND, sticky};
   pthread_mutex_unlock(&h->mu);
-}
-
-void xs_host_slow_release(xs_backend_t *b, uint64_t ns) {
-  atomic_store_explicit(&H(b)->release_ns, ns, memory_order_relaxed);
 }
 
 void xs_host_fail_clear(xs_backend_t *b) {

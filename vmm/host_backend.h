@@ -48,11 +48,6 @@ void xs_host_counters(xs_backend_t *b, int dev, xs_host_counters_t *out);
  * no effect. */
 void xs_host_fail(xs_backend_t *b, xs_call_t kind, uint64_t n, int code, int sticky);
 void xs_host_fail_clear(xs_backend_t *b);
-/* Make every release first sleep `ns` nanoseconds (0: none), outside the
- * backend's lock, as the driver's release of a large handle takes long:
- * lets a test catch a release on the release thread (vmm/release.c) still
- * under way. */
-void xs_host_slow_release(xs_backend_t *b, uint64_t ns);
 
 /* Streams. */
 void xs_host_stream_hold(xs_backend_t *b, xseg_stream_t s);     /* work stays pending */

@@ -64,12 +64,10 @@ static size_t cap_of(const xs_vmm_t *v, double fraction, size_t max_bytes) {
   return limit / v->gran * v->gran;
 }
 
-int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t max_bytes, int peer_access,
-                int later) {
+int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t max_bytes, int peer_access) {
   memset(v, 0, sizeof *v);
   v->be = be;
   v->dev = dev;
-  v->later = later;
   xs_devinfo_t info;
   int rc = be->device_info(be, dev, &info);
   if (rc != 0) return xs_vmm_fail(rc, "xseg: device %d: cannot query the device: %s", dev, be_err(v));
@@ -98,9 +96,9 @@ void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes) { v->limit
 
 void xs_vmm_look(xs_vmm_t *v) {
   size_t fr = 0, to = 0;
-  if (xs_vmm_quiet_mem_info(v, &fr, &to) != 0) return;
-  size_t used = to > fr ? to - fr : 0, ours = v->held + v->pending; /* pending: not yet released */
-  v->others = used > ours ? used - ours : 0;
+  if (v->be->mem_info(v->be, v->dev, &fr, &to) != 0) return;
+  size_t used = to > fr ? to - fr : 0;
+  v->others = used > v->held ? used - v->held : 0;
   v->unlooked = 0;
 }
 
@@ -154,15 +152,8 @@ int xs_vmm_unreserve(xs_vmm_t *v, uintptr_t addr, size_t size) {
   return 0;
 }
 
-/* Would size more bytes pass the cap?  Releases still pending count, so
- * first wait for them where they make the difference. */
-static int over_limit(xs_vmm_t *v, size_t size) {
-  size_t ours = v->held + v->pending;
-  if (v->pending && (ours > v->limit || size > v->limit - ours)) {
-    xs_vmm_drain(v);
-    ours = v->held + v->pending;
-  }
-  return ours > v->limit || size > v->limit - ours;
+static int over_limit(const xs_vmm_t *v, size_t size) {
+  return v->held > v->limit || size > v->limit - v->held;
 }
 
 int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
@@ -214,10 +205,6 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   if (!c) return xs_vmm_fail(XSEG_ENOMEM, "xseg: out of host memory");
   uint64_t t0 = now(v);
   int rc = v->be->create(v->be, v->dev, size, &c->h);
-  if (rc == XSEG_ENOMEM && v->pending) { /* the memory being released is what it needs */
-    xs_vmm_drain(v);
-    rc = v->be->create(v->be, v->dev, size, &c->h);
-  }
   v->st.time_create_ns += now(v) - t0;
   if (rc != 0) {
     free(c);
@@ -434,7 +421,6 @@ static void destroy_events(xs_vmm_t *v) {
 void xs_vmm_fini(xs_vmm_t *v) {
   xs_vmm_unstick(v);
   xs_vmm_cache_release(v, 0);
-  xs_vmm_releaser_stop(v); /* drained above: the thread has nothing left */
   destroy_events(v);
 }
 

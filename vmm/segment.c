@@ -75,7 +75,7 @@ int xs_vseg_free(xs_vmm_t *v, xs_vseg_t *vs) {
 
 /* ---- the chunk cache -------------------------------------------------------------------- */
 
-void xs_vmm_cache_put(xs_vmm_t *v, xs_chunk_t *c) {
+static void cache_put(xs_vmm_t *v, xs_chunk_t *c) {
   c->next = v->cache;
   v->cache = c;
   v->cache_bytes += c->size;
@@ -134,7 +134,7 @@ static size_t cache_release_if(xs_vmm_t *v, size_t keep, size_t larger_than, int
   while (kept) {
     xs_chunk_t *c = kept;
     kept = c->next;
-    xs_vmm_cache_put(v, c);
+    cache_put(v, c);
   }
   return freed;
 }
@@ -143,8 +143,8 @@ int xs_vmm_cache_release_chunk(xs_vmm_t *v, xs_chunk_t *c) {
   for (xs_chunk_t **l = &v->cache; *l; l = &(*l)->next) {
     if (*l != c) continue;
     cache_unlink(v, l);
-    int rc = xs_vmm_release_later(v, c);
-    if (rc != 0) xs_vmm_cache_put(v, c); /* kept: nothing is lost */
+    int rc = xs_vmm_release(v, c);
+    if (rc != 0) cache_put(v, c); /* kept: nothing is lost */
     return rc;
   }
   return XSEG_EINVAL;
@@ -152,7 +152,6 @@ int xs_vmm_cache_release_chunk(xs_vmm_t *v, xs_chunk_t *c) {
 
 int xs_vmm_cache_release(xs_vmm_t *v, size_t keep) {
   int rc = 0;
-  if (keep == 0) xs_vmm_drain(v); /* all of it back to the driver, failed releases retried below */
   cache_release_if(v, keep, 0, &rc);
   return rc;
 }
@@ -173,7 +172,7 @@ int xs_vmm_unstick(xs_vmm_t *v) {
       continue;
     }
     *l = c->next;
-    xs_vmm_cache_put(v, c);
+    cache_put(v, c);
   }
   return v->stuck ? xs_vmm_fail(XSEG_EBACKEND, "xseg: device %d: a chunk still cannot be unmapped", v->dev) : 0;
 }
@@ -215,7 +214,7 @@ int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max
         c->next = v->stuck; /* still mapped: set aside, retried by xs_vmm_unstick */
         v->stuck = c;
       } else {
-        xs_vmm_cache_put(v, c);
+        cache_put(v, c);
       }
       break;
     }
@@ -256,7 +255,7 @@ int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c) {
   for (size_t i = 0; i < c->size / vs->page; i++) vs->pages[first + i] = NULL;
   vs->mapped -= c->size;
   c->moved = 1;
-  xs_vmm_cache_put(v, c);
+  cache_put(v, c);
   return 0;
 }
 

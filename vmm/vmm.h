@@ -44,14 +44,11 @@
   X(reserved_address_bytes, "virtual address space reserved")                                \
   X(handles_live, "physical handles created and not released")                              \
   X(handles_cached, "physical handles held unmapped, ready to map")                          \
-  X(cached_handle_bytes, "bytes of cached handles")                                         \
-  X(handles_releasing, "physical handles handed to the release thread, not yet seen released") \
-  X(releasing_bytes, "bytes of those handles")
+  X(cached_handle_bytes, "bytes of cached handles")
 
 #define XS_VMM_COUNTERS(X)                                                                   \
   X(num_device_alloc, "physical allocations (cuMemCreate or cuMemAlloc)")                    \
   X(num_device_free, "physical releases (cuMemRelease or cuMemFree)")                        \
-  X(num_thread_releases, "handles given to the release thread to release (release_thread)")     \
   X(num_map, "cuMemMap calls")                                                               \
   X(num_unmap, "cuMemUnmap calls")                                                           \
   X(num_set_access, "cuMemSetAccess calls")                                                  \
@@ -81,7 +78,6 @@ typedef struct xs_vmm_stats_s {
 
 typedef struct xs_vseg_s xs_vseg_t;
 typedef struct xs_chunk_s xs_chunk_t;
-typedef struct xs_releaser_s xs_releaser_t; /* vmm/release.c */
 
 struct xs_chunk_s {
   xs_handle_t h;
@@ -113,10 +109,6 @@ typedef struct xs_vmm_s {
   size_t total;                  /* device memory */
   size_t limit;                  /* bytes that may be held (fraction / max_memory caps) */
   size_t held;                   /* bytes of chunks and fixed ranges held */
-  size_t pending, npending;      /* bytes and handles handed to the releaser, not yet seen released */
-  int later;                     /* large handles may be released on the releaser's thread */
-  int rel_failed;                /* its thread could not be started: inline from then on */
-  xs_releaser_t *rel;            /* started at the first release handed over */
   size_t others;                 /* device memory held outside xseg at the last look (xs_vmm_look) */
   unsigned unlooked;             /* creates since that look */
   char name[96];                 /* the device's name */
@@ -143,12 +135,9 @@ int xs_vmm_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2,
 int xs_vmm_device_count(xs_backend_t *be, int *n);
 /* Query device dev and set the cap: min(fraction x memory, max_bytes when
  * non-zero), rounded down to the granularity.  peer_access: give every
- * device that can reach this one access to its pages.  later: large
- * handles may be released on a thread of their own (release.c). */
-int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t max_bytes, int peer_access,
-                int later);
-/* Release the cache, stuck chunks and events, and stop the releaser.
- * Ranges must be gone. */
+ * device that can reach this one access to its pages. */
+int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t max_bytes, int peer_access);
+/* Release the cache, stuck chunks and events.  Ranges must be gone. */
 void xs_vmm_fini(xs_vmm_t *v);
 /* Set the cap again (xseg_set_memory_fraction); what is held stays. */
 void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes);
@@ -191,23 +180,6 @@ int xs_vmm_mem_free(xs_vmm_t *v, uintptr_t addr, size_t size, int tag);
 /* Physical handles.  Create fails with XSEG_ENOMEM past the cap. */
 int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out);
 int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c);
-
-/* Releases on a thread of their own (release.c).  A handle of at least
- * XS_VMM_LATER_MIN bytes, released while the room holds it and as much
- * again, leaves `held` and is counted in `pending` until collected; the cap
- * counts both, and a create that would pass it drains first.
- * release_later hands chunk c (unmapped, in no list) over, or releases it
- * inline where it may not; collect takes in what the thread has done;
- * drain waits until it has done everything; quiet_mem_info is the
- * backend's mem_info and a collect, or XSEG_ENOTREADY where a release ran
- * beside the query (what it saw is then not known); stop drains and ends
- * the thread. */
-#define XS_VMM_LATER_MIN ((size_t)64 << 20)
-int xs_vmm_release_later(xs_vmm_t *v, xs_chunk_t *c);
-void xs_vmm_collect(xs_vmm_t *v);
-void xs_vmm_drain(xs_vmm_t *v);
-int xs_vmm_quiet_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total);
-void xs_vmm_releaser_stop(xs_vmm_t *v);
 /* Map chunk c at addr of range vs and give the device and its peers
  * access.  On failure the chunk is unmapped again, unless that too is
  * refused: then c->vs stays set (the chunk is still mapped) and the caller
@@ -270,14 +242,10 @@ int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c);
 int xs_vseg_set_access(xs_vmm_t *v, const xs_vseg_t *vs);
 
 /* Release cached chunks down to `keep` bytes (a failed release keeps the
- * chunk cached); the first error, or 0.  With keep 0, releases handed to
- * the releaser are waited for too. */
+ * chunk cached); the first error, or 0. */
 int xs_vmm_cache_release(xs_vmm_t *v, size_t keep);
-/* Release one cached chunk, a large one on the releaser's thread where it
- * may (xs_vmm_release_later). */
+/* Release one cached chunk. */
 int xs_vmm_cache_release_chunk(xs_vmm_t *v, xs_chunk_t *c);
-/* Put chunk c, unmapped and in no list, into the cache. */
-void xs_vmm_cache_put(xs_vmm_t *v, xs_chunk_t *c);
 /* Retry unmapping stuck chunks; 0 when none is left. */
 int xs_vmm_unstick(xs_vmm_t *v);
 

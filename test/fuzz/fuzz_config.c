@@ -70,7 +70,6 @@ static void check_ranges(const xs_config_t *c, const char *t) {
         "host_granularity_kb", t);
   check(c->host_devices >= 1 && c->host_devices <= 64, "host_devices", t);
   check(c->peer_access == 0 || c->peer_access == 1, "peer_access", t);
-  check(c->release_thread == 0 || c->release_thread == 1, "release_thread", t);
   check(c->verbose == 0 || c->verbose == 1, "verbose", t);
   check(path_ok(c->stats_file), "stats_file", t);
   check(path_ok(c->trace_file), "trace_file", t);

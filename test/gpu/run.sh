@@ -27,8 +27,8 @@
 #          AB_ROUNDS rounds (2; numbered from AB_ROUND0 + 1), plus PyTorch's default allocator and expandable
 #          segments in each round
 #   conf-ab    one build, two settings: xseg-bench passes and torch_passes.py under
-#          XSEG_ALLOC_CONF=CONF_A and CONF_B (default: release_thread:True / False),
-#          alternating, AB_ROUNDS rounds, plus PyTorch's default allocator each round
+#          XSEG_ALLOC_CONF=CONF_A and CONF_B (both required), alternating, AB_ROUNDS
+#          rounds, plus PyTorch's default allocator each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
@@ -188,7 +188,7 @@ if want torch-ab; then
   done
 fi
 if want conf-ab; then
-  conf_a=${CONF_A:-release_thread:True} conf_b=${CONF_B:-release_thread:False}
+  conf_a=${CONF_A:?conf-ab needs CONF_A} conf_b=${CONF_B:?conf-ab needs CONF_B}
   log "passes under two settings of one build, alternating: a = $conf_a, b = $conf_b"
   install_python || rc=1
   mapfile -t traces < <(trace_paths)

@@ -235,38 +235,6 @@ XT_TEST(empty_cache_returns_memory) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
-/* A large free handle that a request covers in part is converted, and
- * the release thread (release_thread) gives the old handle back to the
- * driver: the block's data survive, the count is right, and empty_cache
- * waits for the release and leaves the device as it found it. */
-XT_TEST(release_thread_gives_converted_handles_back) {
-  size_t free0, free1, total;
-  XT_REQUIRE(xseg_init("backend:cuda") == 0);
-  GPU_CHECK(gpu.MemGetInfo(&free0, &total));
-  void *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(256 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(keep && x && y);
-  XT_CHECK_EQ(xseg_free(x), 0);
-  long long conv = stat_of("num_conversions"), given = stat_of("num_thread_releases");
-  void *a = xseg_malloc(100 * MiB, 0, NULL);
-  XT_REQUIRE(a);
-  fill(a, 100 * MiB, 0x5e1e);
-  XT_CHECK_MSG((char *)a >= (char *)x && (char *)a + 100 * MiB <= (char *)x + 256 * MiB,
-               "100 MiB did not land in the free 256 MiB handle");
-  XT_CHECK_EQ(stat_of("num_conversions"), conv + 1);
-  XT_CHECK_EQ(stat_of("num_thread_releases"), given + 1);
-  XT_CHECK(verify(a, 100 * MiB, 0x5e1e));
-  XT_CHECK_EQ(xseg_check_heap(0), 0);
-  XT_CHECK_EQ(xseg_free(a), 0);
-  XT_CHECK_EQ(xseg_free(keep), 0);
-  XT_CHECK_EQ(xseg_free(y), 0);
-  XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  XT_CHECK_EQ(stat_of("handles_releasing.current"), 0);
-  XT_CHECK_EQ(stat_of("handles_live.current"), 0);
-  GPU_CHECK(gpu.MemGetInfo(&free1, &total));
-  XT_CHECK_MSG(free1 + 64 * MiB >= free0, "free %zu MiB before, %zu MiB after empty_cache", free0 >> 20, free1 >> 20);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
-}
-
 /* A kernel reads blocks of every size class, on pages mapped by growth,
  * and again after empty_cache gave them back and growth mapped new ones. */
 static void kernel_reads(const char *mode) {
@@ -351,7 +319,6 @@ int main(void) {
   XT_RUN(remap_touches_every_byte);
   XT_RUN(streams_and_record_stream);
   XT_RUN(empty_cache_returns_memory);
-  XT_RUN(release_thread_gives_converted_handles_back);
   XT_RUN(kernel_reads_expandable);
   XT_RUN(kernel_reads_binned);
   XT_RUN(peer_access);
