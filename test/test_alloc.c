@@ -553,6 +553,48 @@ XT_TEST(memory_held_by_others_counts_against_plenty) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* At the cap, a request whose memory lies in holes as single pages: reclaim
+ * unmaps them into the cache, and instead of mapping eight page handles
+ * (a map and a set access each) the pages are released and one handle of
+ * eight pages made (vmm/segment.c, coalesce); every live block keeps its
+ * data, and the next such request does the same. */
+XT_TEST(pages_in_holes_become_one_handle_at_the_cap) {
+  XT_REQUIRE(t_init("host_capacity_mb:64") == 0);
+  char *p[32];
+  for (int i = 0; i < 32; i++) {
+    XT_REQUIRE((p[i] = xseg_malloc(2 * MiB, 0, NULL)) != NULL);
+    t_fill(p[i], 2 * MiB, 100 + (uint64_t)i);
+  }
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 32);
+  for (int i = 0; i < 32; i += 2) XT_CHECK_EQ(xseg_free(p[i]), 0); /* sixteen one-page holes */
+  long long made = t_stat(0, "num_device_alloc"), freed = t_stat(0, "num_device_free");
+  long long maps = t_stat(0, "num_map"), unmaps = t_stat(0, "num_unmap");
+  char *a = xseg_malloc(16 * MiB, 0, NULL);
+  XT_REQUIRE(a);
+  t_fill(a, 16 * MiB, 7);
+  XT_CHECK_EQ(t_stat(0, "num_unmap") - unmaps, 8);
+  XT_CHECK_MSG(t_stat(0, "num_device_free") - freed == 8 && t_stat(0, "num_device_alloc") - made == 1 &&
+                   t_stat(0, "num_map") - maps == 1,
+               "eight pages from holes: %lld released, %lld created, %lld mapped (want 8, 1, 1)",
+               t_stat(0, "num_device_free") - freed, t_stat(0, "num_device_alloc") - made, t_stat(0, "num_map") - maps);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 16 + 8 + 1);
+  XT_CHECK_EQ(t_stat(0, "num_coalesces"), 1);
+  T_CHECK_HEAP();
+  /* The other eight holes, the same way. */
+  char *b = xseg_malloc(16 * MiB, 0, NULL);
+  XT_REQUIRE(b);
+  t_fill(b, 16 * MiB, 8);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 16 + 1 + 1);
+  XT_CHECK_EQ(t_stat(0, "num_coalesces"), 2);
+  for (int i = 1; i < 32; i += 2) XT_CHECK(t_verify(p[i], 2 * MiB, 100 + (uint64_t)i));
+  XT_CHECK(t_verify(a, 16 * MiB, 7));
+  T_CHECK_HEAP();
+  for (int i = 1; i < 32; i += 2) XT_CHECK_EQ(xseg_free(p[i]), 0);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
  * of a large idle handle converts it while the device holds no more than
  * an eighth over the live peak; once it holds more (memory freed and
@@ -713,5 +755,6 @@ int main(void) {
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(memory_held_by_others_counts_against_plenty);
+  XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
   return XT_DONE();
 }

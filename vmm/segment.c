@@ -179,12 +179,70 @@ int xs_vmm_unstick(xs_vmm_t *v) {
 
 /* ---- mapping ------------------------------------------------------------------------------- */
 
+/* How many cached chunks filling `want` bytes largest first would take,
+ * counted up to XS_VMM_COALESCE. */
+static unsigned cached_fill_count(const xs_vmm_t *v, size_t want) {
+  const xs_chunk_t *used[XS_VMM_COALESCE];
+  unsigned n = 0;
+  size_t left = want;
+  while (left > 0 && n < XS_VMM_COALESCE) {
+    const xs_chunk_t *best = NULL;
+    for (const xs_chunk_t *c = v->cache; c; c = c->next) {
+      if (c->size > left || (best && c->size <= best->size)) continue;
+      unsigned i = 0;
+      while (i < n && used[i] != c) i++;
+      if (i == n) best = c; /* not taken yet */
+    }
+    if (!best) break;
+    used[n++] = best;
+    left -= best->size;
+  }
+  return n;
+}
+
+/* At the cap, with the gap's memory lying in the cache as several small
+ * chunks (reclaim unmapped them from holes), mapping them costs a map and
+ * a set access each (31-35 us on an H100), where releasing them (15-26 us
+ * each) and creating one handle for the gap (create, map and set access:
+ * about 50 us) costs less from three on (XS_VMM_COALESCE says from how
+ * many it is done), and leaves one handle where there were several for
+ * every later move of those pages.  Releases
+ * cached chunks smaller than `want`, smallest first, until the headroom
+ * holds it; 1 if it does (the caller creates), 0 if nothing was done. */
+static int coalesce(xs_vmm_t *v, size_t want) {
+  size_t page = v->gran, headroom = xs_vmm_headroom(v) / page * page, small = 0;
+  if (headroom >= want || cached_fill_count(v, want) < XS_VMM_COALESCE) return 0;
+  for (const xs_chunk_t *c = v->cache; c; c = c->next)
+    if (c->size < want) small += c->size;
+  if (headroom + small < want) return 0;
+  while (headroom < want) {
+    xs_chunk_t **pick = NULL;
+    for (xs_chunk_t **l = &v->cache; *l; l = &(*l)->next)
+      if ((*l)->size < want && (!pick || (*l)->size < (*pick)->size)) pick = l;
+    xs_chunk_t *c = *pick;
+    cache_unlink(v, pick);
+    size_t size = c->size;
+    if (xs_vmm_release(v, c) != 0) {
+      cache_put(v, c); /* kept: mapping from the cache still works */
+      return 0;
+    }
+    headroom += size;
+  }
+  return 1;
+}
+
 /* A chunk for a gap of `lim` bytes: from the cache, else a new one of at
- * most new_max bytes (0: lim) within the headroom, else a single page. */
+ * most new_max bytes (0: lim) within the headroom, else a single page;
+ * one new handle instead of several small cached ones where that costs
+ * less (coalesce). */
 static int chunk_for(xs_vmm_t *v, size_t lim, size_t new_max, xs_chunk_t **out) {
-  if ((*out = cache_take(v, lim)) != NULL) return 0;
   size_t page = v->gran;
   size_t sz = new_max && lim > new_max ? new_max : lim;
+  if (sz > page && coalesce(v, sz) && xs_vmm_create(v, sz, out) == 0) {
+    v->st.num_coalesces++;
+    return 0;
+  }
+  if ((*out = cache_take(v, lim)) != NULL) return 0;
   size_t headroom = xs_vmm_headroom(v) / page * page;
   if (sz > headroom && headroom >= page) sz = headroom;
   /* Release what cannot fit before asking the driver: at the limit the

@@ -60,7 +60,8 @@
   X(time_unmap_ns, "time in cuMemUnmap")                                                     \
   X(time_set_access_ns, "time in cuMemSetAccess")                                            \
   X(remapped_bytes, "bytes of handles unmapped from holes and mapped elsewhere (stitched)")  \
-  X(num_remaps, "handles moved from one address to another")
+  X(num_remaps, "handles moved from one address to another")                                 \
+  X(num_coalesces, "at the cap, one handle made for a gap instead of mapping several small cached ones")
 
 typedef struct xs_vmm_stats_s {
 #define XS_VMM_DECL_POOLED(name, help) xs_stat_t name[XS_STAT_NTYPES];
@@ -214,6 +215,15 @@ void xs_vmm_reset_peaks(xs_vmm_stats_t *s);
 void xs_vmm_reset_accumulated(xs_vmm_stats_t *s);
 
 /* ---- ranges and the chunk cache (segment.c) ---------------------------------------------- */
+
+/* At the cap, a gap that the cache would fill with this many chunks or
+ * more gets one new handle instead, made of the memory of those released
+ * (segment.c: coalesce).  From three on it makes fewer driver calls; from
+ * three to seven it also left rmm_uniform needing 1.0100-1.0103 of its
+ * peak at the smallest budget under --lag 16 (1.0081 without), from eight
+ * none moved by more than 0.001 (docs/benchmarks.md, "Coalescing at the
+ * cap"). */
+#define XS_VMM_COALESCE 8
 
 /* Reserve an on-demand range of at least min_size bytes (the whole device,
  * so that one range can hold all of it), with an empty page table. */

@@ -158,8 +158,12 @@ static void integrity(const char *mode) {
 XT_TEST(integrity_expandable) { integrity("expandable_segments:True"); }
 XT_TEST(integrity_binned) { integrity("expandable_segments:False"); }
 
-/* Fill 64 MiB with 2 MiB blocks, free every other, ask for 30 MiB: served
- * by moving the freed pages' handles, and every byte of it is usable. */
+/* Fill 64 MiB with 2 MiB blocks and free every other.  Four 4 MiB
+ * requests are served by moving the freed pages' handles (a request of two
+ * pages moves them, no handle is created); a 16 MiB one then finds its
+ * eight pages in holes and gets one new handle made of their memory
+ * (vmm/segment.c, coalesce).  Every byte of each is usable, and the live
+ * blocks keep theirs. */
 XT_TEST(remap_touches_every_byte) {
   XT_REQUIRE(xseg_init("backend:cuda,max_memory_mb:64") == 0);
   live_t v[32];
@@ -172,21 +176,28 @@ XT_TEST(remap_touches_every_byte) {
   }
   XT_CHECK(xseg_malloc(2 * MiB, 0, NULL) == NULL);
   for (int i = 1; i < 32; i += 2) XT_CHECK_EQ(xseg_free(v[i].p), 0);
-  void *big = xseg_malloc(30 * MiB, 0, NULL);
-  XT_REQUIRE(big != NULL);
-  /* 15 pages: at most one can be a freed page already in place (the last
-   * one, next to unmapped address space); the rest are moved handles, and
-   * no new handle is created. */
-  XT_CHECK(stat_of("remapped_bytes") >= (long long)(28 * MiB));
+  void *q[5];
+  for (int k = 0; k < 4; k++) {
+    XT_REQUIRE((q[k] = xseg_malloc(4 * MiB, 0, NULL)) != NULL);
+    fill(q[k], 4 * MiB, 0xB16B0000u + (uint32_t)k);
+  }
+  /* The first takes a freed page in place and moves one; the others move
+   * both of theirs. */
+  XT_CHECK(stat_of("remapped_bytes") >= (long long)(14 * MiB));
   XT_CHECK_EQ(stat_of("num_device_alloc"), 32);
-  fill(big, 30 * MiB, 0xB16B00B5u);
+  long long moved = stat_of("remapped_bytes"), freed = stat_of("num_device_free");
+  XT_REQUIRE((q[4] = xseg_malloc(16 * MiB, 0, NULL)) != NULL);
+  fill(q[4], 16 * MiB, 0xB16B0004u);
+  XT_CHECK_EQ(stat_of("num_device_alloc"), 33);
+  XT_CHECK_EQ(stat_of("num_device_free") - freed, 8);
+  XT_CHECK_EQ(stat_of("remapped_bytes"), moved);
   GPU_CHECK(gpu.CtxSynchronize());
-  XT_CHECK(verify(big, 30 * MiB, 0xB16B00B5u));
+  for (int k = 0; k < 5; k++) XT_CHECK(verify(q[k], k < 4 ? 4 * MiB : 16 * MiB, 0xB16B0000u + (uint32_t)k));
   for (int i = 0; i < 32; i += 2) XT_CHECK(verify(v[i].p, v[i].n, v[i].tag));
   XT_CHECK_EQ(xseg_check_heap(0), 0);
   printf("  remapped %lld MiB in %lld moves, %lld creates\n", stat_of("remapped_bytes") >> 20, stat_of("num_remaps"),
          stat_of("num_device_alloc"));
-  XT_CHECK_EQ(xseg_free(big), 0);
+  for (int k = 0; k < 5; k++) XT_CHECK_EQ(xseg_free(q[k]), 0);
   for (int i = 0; i < 32; i += 2) XT_CHECK_EQ(xseg_free(v[i].p), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
