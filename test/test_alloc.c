@@ -595,6 +595,40 @@ XT_TEST(pages_in_holes_become_one_handle_at_the_cap) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* The same with the driver refusing a call in the middle: a release
+ * among those coalescing does (the pages left in the cache are mapped as
+ * before), or the create after them (the gap is filled from what is left
+ * and from fresh pages).  Either way the request is served, nothing is
+ * lost, and the heap and the driver agree. */
+static void coalesce_fault_case(xs_call_t kind, uint64_t nth) {
+  XT_REQUIRE(t_init("host_capacity_mb:64") == 0);
+  char *p[32];
+  for (int i = 0; i < 32; i++) {
+    XT_REQUIRE((p[i] = xseg_malloc(2 * MiB, 0, NULL)) != NULL);
+    t_fill(p[i], 2 * MiB, 200 + (uint64_t)i);
+  }
+  for (int i = 0; i < 32; i += 2) XT_CHECK_EQ(xseg_free(p[i]), 0);
+  xs_host_fail(t_backend(), kind, nth, XSEG_EBACKEND, 0);
+  char *a = xseg_malloc(16 * MiB, 0, NULL);
+  xs_host_fail_clear(t_backend());
+  XT_CHECK_MSG(a != NULL, "%s #%llu refused: %s", xs_call_names[kind], (unsigned long long)nth, xseg_last_error());
+  XT_CHECK_EQ(t_counters().failed[kind], 1);
+  if (a) t_fill(a, 16 * MiB, 9);
+  T_CHECK_HEAP();
+  xs_host_counters_t hc = t_counters();
+  XT_CHECK_EQ((long long)hc.handles_live, t_stat(0, "handles_live.current"));
+  for (int i = 1; i < 32; i += 2) XT_CHECK(t_verify(p[i], 2 * MiB, 200 + (uint64_t)i));
+  if (a) XT_CHECK(t_verify(a, 16 * MiB, 9));
+  for (int i = 1; i < 32; i += 2) XT_CHECK_EQ(xseg_free(p[i]), 0);
+  if (a) XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(coalescing_survives_refused_calls) {
+  coalesce_fault_case(XS_CALL_RELEASE, 3);
+  coalesce_fault_case(XS_CALL_CREATE, 1);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
  * of a large idle handle converts it while the device holds no more than
  * an eighth over the live peak; once it holds more (memory freed and
@@ -756,5 +790,6 @@ int main(void) {
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
+  XT_RUN(coalescing_survives_refused_calls);
   return XT_DONE();
 }
