@@ -206,9 +206,10 @@ static unsigned cached_fill_count(const xs_vmm_t *v, size_t want) {
  * each) and creating one handle for the gap (create, map and set access:
  * about 50 us) costs less from three on (XS_VMM_COALESCE says from how
  * many it is done), and leaves one handle where there were several for
- * every later move of those pages.  Releases
- * cached chunks smaller than `want`, smallest first, until the headroom
- * holds it; 1 if it does (the caller creates), 0 if nothing was done. */
+ * every later move of those pages.  Releases cached chunks smaller than
+ * `want`, smallest first, until the headroom holds it: 1 if it does (the
+ * caller creates), else 0, having released nothing, or some if the driver
+ * refused a release (their memory is headroom for fresh pages then). */
 static int coalesce(xs_vmm_t *v, size_t want) {
   size_t page = v->gran, headroom = xs_vmm_headroom(v) / page * page, small = 0;
   if (headroom >= want || cached_fill_count(v, want) < XS_VMM_COALESCE) return 0;
