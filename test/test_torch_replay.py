@@ -78,5 +78,16 @@ s = Stub(1013 * MIB, overrun=3 * MIB)
 budget, trials, held = s.min_budget([], peak)
 check(budget == 1013 * MIB and held == 1016 * MIB, "overrun: budget %s held %s" % (budget, held))
 
+# --at's SPEC: one factor, or NAME:FACTOR pairs with *:FACTOR for the rest.
+check(torch_replay.factors("1.02") == {"*": 1.02}, "factors('1.02')")
+got = torch_replay.factors("rmm_uniform:1.0941,grow_then_split:1.2,*:1.05")
+check(got == {"rmm_uniform": 1.0941, "grow_then_split": 1.2, "*": 1.05}, "factors: %r" % got)
+for bad, words in (("x:abc", "not a factor"), ("0.5", "outside"), ("a:9", "outside")):
+    try:
+        torch_replay.factors(bad)
+        check(False, "--at %s accepted" % bad)
+    except SystemExit as e:
+        check(words in str(e), "unclear message for --at %s: %s" % (bad, e))
+
 print("%s" % ("ok" if failures == 0 else "%d failures" % failures))
 sys.exit(1 if failures else 0)

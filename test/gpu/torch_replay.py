@@ -37,6 +37,13 @@ The allocator is chosen once per process (PyTorch cannot swap it after CUDA
 is initialised), so one run measures one allocator:
 
     python3 test/gpu/torch_replay.py --allocator xseg [--budget cap|filler] --json out.json T1.trace T2.trace
+
+With --at SPEC nothing is bisected: each trace is replayed --repeat times
+(3) under one budget, a factor of its peak, and the seconds each replay
+took are printed (the budget goal of docs/benchmarks.md: xseg at 1.02
+against PyTorch's expandable segments at the smallest budget they survive).
+SPEC is a factor for every trace, or NAME:FACTOR pairs separated by commas,
+with *:FACTOR for the traces not named.
 """
 import argparse
 import json
@@ -220,14 +227,61 @@ class Replayer:
         return hi, trials + 1, self.peak_reserved()
 
 
+def factors(spec):
+    """--at's SPEC as {name: factor} with "*" for the rest; SystemExit on a bad one."""
+    out = {}
+    for part in spec.split(","):
+        name, _, f = part.rpartition(":")
+        try:
+            out[name or "*"] = float(f)
+        except ValueError:
+            raise SystemExit("torch_replay.py: --at %s: %r is not a factor (NAME:FACTOR or FACTOR)" % (spec, f))
+        if not 1.0 <= out[name or "*"] <= 4.0:
+            raise SystemExit("torch_replay.py: --at %s: factor %s is outside [1, 4]" % (spec, f))
+    return out
+
+
+def timed_at(a):
+    """Replay each trace --repeat times under its factor of the peak; print and
+    return the seconds of each replay and whether it succeeded."""
+    fs = factors(a.at)
+    r = Replayer(a.allocator, a.budget)
+    print("%s, budget: %s; seconds per replay" % (a.allocator, a.budget))
+    results = []
+    for path in a.traces:
+        name = os.path.basename(path).rsplit(".", 1)[0]
+        f = fs.get(name, fs.get("*"))
+        if f is None:
+            raise SystemExit("torch_replay.py: --at names no factor for %s (add *:FACTOR)" % name)
+        events, peak = parse_trace(path)
+        budget = -(-int(peak * f) // MIB) * MIB
+        runs = []
+        for _ in range(a.repeat):
+            t0 = time.time()
+            ok = r.replay(events, budget)
+            runs.append((round(time.time() - t0, 3), ok))
+        print("%-22s at %.4f (%6d MiB): %s" % (name, f, budget // MIB,
+                                              " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs)),
+              flush=True)
+        results.append({"trace": name, "factor": f, "budget_bytes": budget, "seconds": [t for t, _ in runs],
+                        "ok": [ok for _, ok in runs]})
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"allocator": a.allocator, "budget": a.budget, "results": results}, fh, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--allocator", choices=("native", "expandable", "xseg"), required=True)
     ap.add_argument("--budget", choices=("cap", "filler"), default="cap",
                     help="the allocator's own cap (default), or a raw allocation leaving the budget free")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--at", help="replay under this factor of the peak instead of bisecting (see above)")
+    ap.add_argument("--repeat", type=int, default=3, help="replays per trace with --at")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
+    if a.at:
+        return timed_at(a)
     r = Replayer(a.allocator, a.budget)
     props = r.torch.cuda.get_device_properties(0)
     print("%s on %s (%d MiB), torch %s, budget: %s" % (a.allocator, props.name, r.total // MIB, r.torch.__version__,
