@@ -629,6 +629,36 @@ XT_TEST(coalescing_survives_refused_calls) {
   coalesce_fault_case(XS_CALL_CREATE, 1);
 }
 
+/* A device that others have filled since xseg last looked: the first
+ * request that needs more memory asks the driver, is refused (counted in
+ * num_create_refused) and looks again; the next is refused by xseg itself,
+ * with no driver call and a message that says why; once the others let
+ * go, the next request looks again and is served. */
+XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
+  XT_REQUIRE(t_init("host_capacity_mb:64") == 0);
+  xs_backend_t *be = t_backend();
+  char *keep = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(keep);
+  uintptr_t other = 0;
+  XT_REQUIRE(be->mem_alloc(be, 0, 60 * MiB, &other) == 0); /* unseen by xseg: 2 MiB left */
+  long long refused = t_stat(0, "num_create_refused");
+  XT_CHECK(xseg_malloc(8 * MiB, 0, NULL) == NULL);
+  XT_CHECK_EQ(t_stat(0, "num_create_refused"), refused + 1);
+  uint64_t asked = t_counters().calls[XS_CALL_CREATE];
+  XT_CHECK(xseg_malloc(8 * MiB, 0, NULL) == NULL);
+  XT_CHECK_MSG(t_counters().calls[XS_CALL_CREATE] == asked, "the driver was asked again for memory it had not");
+  XT_CHECK_EQ(t_stat(0, "num_create_refused"), refused + 1);
+  XT_CHECK_MSG(strstr(xseg_last_error(), "out of memory") != NULL, "message: %s", xseg_last_error());
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(be->mem_free(be, 0, other, 60 * MiB), 0);
+  char *a = xseg_malloc(8 * MiB, 0, NULL);
+  XT_CHECK_MSG(a != NULL, "the others let go, still refused: %s", xseg_last_error());
+  T_CHECK_HEAP();
+  if (a) XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
  * of a large idle handle converts it while the device holds no more than
  * an eighth over the live peak; once it holds more (memory freed and
@@ -791,5 +821,6 @@ int main(void) {
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
   XT_RUN(coalescing_survives_refused_calls);
+  XT_RUN(a_full_device_is_refused_without_asking_the_driver_again);
   return XT_DONE();
 }

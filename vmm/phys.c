@@ -156,14 +156,36 @@ static int over_limit(const xs_vmm_t *v, size_t size) {
   return v->held > v->limit || size > v->limit - v->held;
 }
 
+/* Would size more bytes fit in the device's free memory?  Asked before a
+ * create, so that a device at its limit refuses without a driver call: a
+ * look (cuMemGetInfo, 5-6.5 us) where the last one says no, since others
+ * may have let memory go since. */
+static int fits_device(xs_vmm_t *v, size_t size) {
+  for (int looked = 0;; looked = 1) {
+    size_t dev = v->total > v->others ? v->total - v->others : 0;
+    if (v->held <= dev && size <= dev - v->held) return 1;
+    if (looked) return 0;
+    xs_vmm_look(v);
+  }
+}
+
+static int device_full(const xs_vmm_t *v, size_t size) {
+  return xs_vmm_fail(XSEG_ENOMEM,
+                     "xseg: device %d: %zu more bytes do not fit in its free memory (%zu bytes held by xseg, %zu "
+                     "by others, of %zu)",
+                     v->dev, size, v->held, v->others, v->total);
+}
+
 int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
   if (over_limit(v, size))
     return xs_vmm_fail(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes", v->dev,
                        size, v->limit);
+  if (!fits_device(v, size)) return device_full(v, size);
   uint64_t t0 = now(v);
   int rc = v->be->mem_alloc(v->be, v->dev, size, addr);
   v->st.time_create_ns += now(v) - t0;
   if (rc != 0) {
+    v->st.num_create_refused++;
     rc = xs_vmm_fail(rc, "xseg: device %d: allocating a segment of %zu bytes failed: %s", v->dev, size,
                      be_err(v));
     xs_vmm_look(v);
@@ -201,6 +223,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   if (over_limit(v, size))
     return xs_vmm_fail(XSEG_ENOMEM, "xseg: device %d: %zu more bytes would pass the limit of %zu bytes", v->dev,
                        size, v->limit);
+  if (!fits_device(v, size)) return device_full(v, size);
   xs_chunk_t *c = calloc(1, sizeof *c);
   if (!c) return xs_vmm_fail(XSEG_ENOMEM, "xseg: out of host memory");
   uint64_t t0 = now(v);
@@ -208,6 +231,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   v->st.time_create_ns += now(v) - t0;
   if (rc != 0) {
     free(c);
+    v->st.num_create_refused++;
     rc = xs_vmm_fail(rc, "xseg: device %d: creating a physical handle of %zu bytes failed: %s", v->dev, size,
                      be_err(v));
     xs_vmm_look(v); /* refused: others may hold more than last seen */

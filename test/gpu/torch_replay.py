@@ -241,6 +241,18 @@ def factors(spec):
     return out
 
 
+def driver_counts(r):
+    """xseg's counters of driver work ({} under PyTorch's own allocators)."""
+    if r.xs is None:
+        return {}
+    st = r.xs.xseg_stats(0)
+    out = {k: st.get(k, 0) for k in ("num_device_alloc", "num_device_free", "num_map", "num_unmap",
+                                     "num_set_access", "num_create_refused")}
+    out["driver_ns"] = sum(st.get(k, 0) for k in ("time_create_ns", "time_release_ns", "time_map_ns",
+                                                  "time_unmap_ns", "time_set_access_ns"))
+    return out
+
+
 def timed_at(a):
     """Replay each trace --repeat times under its factor of the peak; print and
     return the seconds of each replay and whether it succeeded."""
@@ -255,16 +267,21 @@ def timed_at(a):
             raise SystemExit("torch_replay.py: --at names no factor for %s (add *:FACTOR)" % name)
         events, peak = parse_trace(path)
         budget = -(-int(peak * f) // MIB) * MIB
-        runs = []
+        runs, calls = [], []
         for _ in range(a.repeat):
+            before = driver_counts(r)
             t0 = time.time()
             ok = r.replay(events, budget)
             runs.append((round(time.time() - t0, 3), ok))
-        print("%-22s at %.4f (%6d MiB): %s" % (name, f, budget // MIB,
-                                              " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs)),
-              flush=True)
+            calls.append({k: v - before.get(k, 0) for k, v in driver_counts(r).items()})
+        # Under xseg: the driver's time and the creates it refused, per replay.
+        extra = "".join("  [driver %.0f ms, %d creates refused]" % (c["driver_ns"] / 1e6, c["num_create_refused"])
+                        for c in calls if c)
+        print("%-22s at %.4f (%6d MiB): %s%s" % (name, f, budget // MIB,
+                                                " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs),
+                                                extra), flush=True)
         results.append({"trace": name, "factor": f, "budget_bytes": budget, "seconds": [t for t, _ in runs],
-                        "ok": [ok for _, ok in runs]})
+                        "ok": [ok for _, ok in runs], "driver": calls})
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"allocator": a.allocator, "budget": a.budget, "results": results}, fh, indent=1)
