@@ -878,6 +878,8 @@ static void convert_job(const job_t *j) {
     XT_CHECK_EQ(xseg_free(p), 0);
     xs_host_fail(t_backend(), k[i], 1, XSEG_EBACKEND, 0);
     void *q = xseg_malloc(4 * MiB, 0, NULL); /* reuses the free block: converts the handle */
+    /* The refusal is counted where a user can see it. */
+    XT_CHECK_EQ(t_stat(0, k[i] == XS_CALL_CREATE ? "num_create_refused" : "num_map_refused"), 1);
     int ok = q == NULL || accessible(q, 4 * MiB);
     XT_CHECK_MSG(ok, "%s failing during a conversion: malloc returned %p on unmapped pages", kind_name(k[i]), q);
     int rc = xseg_check_heap(0);

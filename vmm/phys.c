@@ -280,9 +280,11 @@ int xs_vmm_set_access(xs_vmm_t *v, uintptr_t addr, size_t size) {
   int rc = v->be->set_access(v->be, v->dev, addr, size, devs, n);
   v->st.time_set_access_ns += now(v) - t0;
   v->st.num_set_access++;
-  if (rc != 0)
+  if (rc != 0) {
+    v->st.num_map_refused++;
     return xs_vmm_fail(rc, "xseg: device %d: setting access to %#lx (+%zu) for %d device(s) failed: %s", v->dev,
                        (unsigned long)addr, size, n, be_err(v));
+  }
   return 0;
 }
 
@@ -298,9 +300,11 @@ int xs_vmm_map(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c, uintptr_t addr) {
   uint64_t t0 = now(v);
   int rc = v->be->map(v->be, v->dev, addr, c->size, c->h);
   v->st.time_map_ns += now(v) - t0;
-  if (rc != 0)
+  if (rc != 0) {
+    v->st.num_map_refused++;
     return xs_vmm_fail(rc, "xseg: device %d: mapping %zu bytes at %#lx failed: %s", v->dev, c->size,
                        (unsigned long)addr, be_err(v));
+  }
   v->st.num_map++;
   rc = xs_vmm_set_access(v, addr, c->size);
   c->vs = vs;

@@ -50,6 +50,7 @@
   X(num_device_alloc, "physical allocations (cuMemCreate or cuMemAlloc)")                    \
   X(num_device_free, "physical releases (cuMemRelease or cuMemFree)")                        \
   X(num_create_refused, "creates (cuMemCreate or cuMemAlloc) the driver refused")            \
+  X(num_map_refused, "maps and set-access calls the driver refused")                         \
   X(num_map, "cuMemMap calls")                                                               \
   X(num_unmap, "cuMemUnmap calls")                                                           \
   X(num_set_access, "cuMemSetAccess calls")                                                  \

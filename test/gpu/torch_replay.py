@@ -247,7 +247,7 @@ def driver_counts(r):
         return {}
     st = r.xs.xseg_stats(0)
     out = {k: st.get(k, 0) for k in ("num_device_alloc", "num_device_free", "num_map", "num_unmap",
-                                     "num_set_access", "num_create_refused")}
+                                     "num_set_access", "num_create_refused", "num_map_refused")}
     out["driver_ns"] = sum(st.get(k, 0) for k in ("time_create_ns", "time_release_ns", "time_map_ns",
                                                   "time_unmap_ns", "time_set_access_ns"))
     return out
@@ -274,9 +274,9 @@ def timed_at(a):
             ok = r.replay(events, budget)
             runs.append((round(time.time() - t0, 3), ok))
             calls.append({k: v - before.get(k, 0) for k, v in driver_counts(r).items()})
-        # Under xseg: the driver's time and the creates it refused, per replay.
-        extra = "".join("  [driver %.0f ms, %d creates refused]" % (c["driver_ns"] / 1e6, c["num_create_refused"])
-                        for c in calls if c)
+        # Under xseg: the driver's time and the calls it refused, per replay.
+        extra = "".join("  [driver %.0f ms, refused: %d creates, %d maps]" % (
+            c["driver_ns"] / 1e6, c["num_create_refused"], c["num_map_refused"]) for c in calls if c)
         print("%-22s at %.4f (%6d MiB): %s%s" % (name, f, budget // MIB,
                                                 " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs),
                                                 extra), flush=True)
