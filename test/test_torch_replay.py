@@ -89,5 +89,11 @@ for bad, words in (("x:abc", "not a factor"), ("0.5", "outside"), ("a:9", "outsi
     except SystemExit as e:
         check(words in str(e), "unclear message for --at %s: %s" % (bad, e))
 
+# xseg's driver counters, as torch_passes.py and --at read them.
+st = {k: 1 for k in torch_replay.DRIVER_CALLS}
+st.update({k: 10 for k in torch_replay.DRIVER_TIMES}, num_grows=3, unrelated=7)
+got = torch_replay.xseg_driver_counts(st, ("num_grows",))
+check(got == dict({k: 1 for k in torch_replay.DRIVER_CALLS}, num_grows=3, driver_ns=50), "driver counts %r" % got)
+
 print("%s" % ("ok" if failures == 0 else "%d failures" % failures))
 sys.exit(1 if failures else 0)

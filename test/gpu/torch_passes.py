@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from torch_replay import parse_trace  # noqa: E402 (same folder)
+from torch_replay import parse_trace, xseg_driver_counts  # noqa: E402 (same folder)
 
 
 def counters():
@@ -29,13 +29,7 @@ def counters():
         return {k: s[k] for k in ("num_device_alloc", "num_device_free") if k in s}
     import xseg.torch as xt
 
-    s = xt.xseg_stats(0)
-    keys = ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access", "num_conversions",
-            "num_grows")
-    out = {k: s[k] for k in keys}
-    out["driver_ns"] = sum(s[k] for k in ("time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_ns",
-                                          "time_set_access_ns"))
-    return out
+    return xseg_driver_counts(xt.xseg_stats(0), ("num_conversions", "num_grows"))
 
 
 def replay(events, streams):

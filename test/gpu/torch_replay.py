@@ -241,16 +241,23 @@ def factors(spec):
     return out
 
 
+DRIVER_CALLS = ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access")
+DRIVER_TIMES = ("time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_ns", "time_set_access_ns")
+
+
+def xseg_driver_counts(st, extra=()):
+    """From xseg's statistics `st` (xseg.torch.xseg_stats): its driver calls,
+    the counters named in `extra`, and the time in the driver (driver_ns)."""
+    out = {k: st[k] for k in DRIVER_CALLS + tuple(extra)}
+    out["driver_ns"] = sum(st[k] for k in DRIVER_TIMES)
+    return out
+
+
 def driver_counts(r):
-    """xseg's counters of driver work ({} under PyTorch's own allocators)."""
+    """xseg's driver work and refused calls so far ({} under PyTorch's own allocators)."""
     if r.xs is None:
         return {}
-    st = r.xs.xseg_stats(0)
-    out = {k: st.get(k, 0) for k in ("num_device_alloc", "num_device_free", "num_map", "num_unmap",
-                                     "num_set_access", "num_create_refused", "num_map_refused")}
-    out["driver_ns"] = sum(st.get(k, 0) for k in ("time_create_ns", "time_release_ns", "time_map_ns",
-                                                  "time_unmap_ns", "time_set_access_ns"))
-    return out
+    return xseg_driver_counts(r.xs.xseg_stats(0), ("num_create_refused", "num_map_refused"))
 
 
 def timed_at(a):
