@@ -96,7 +96,11 @@ void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes) { v->limit
 
 void xs_vmm_look(xs_vmm_t *v) {
   size_t fr = 0, to = 0;
-  if (v->be->mem_info(v->be, v->dev, &fr, &to) != 0) return;
+  uint64_t t0 = now(v);
+  int rc = v->be->mem_info(v->be, v->dev, &fr, &to);
+  v->st.time_look_ns += now(v) - t0;
+  v->st.num_looks++;
+  if (rc != 0) return;
   size_t used = to > fr ? to - fr : 0;
   v->others = used > v->held ? used - v->held : 0;
   v->unlooked = 0;

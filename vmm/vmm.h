@@ -51,6 +51,7 @@
   X(num_device_free, "physical releases (cuMemRelease or cuMemFree)")                        \
   X(num_create_refused, "creates (cuMemCreate or cuMemAlloc) the driver refused")            \
   X(num_map_refused, "maps and set-access calls the driver refused")                         \
+  X(num_looks, "free-memory queries (cuMemGetInfo) to learn what others hold")               \
   X(num_map, "cuMemMap calls")                                                               \
   X(num_unmap, "cuMemUnmap calls")                                                           \
   X(num_set_access, "cuMemSetAccess calls")                                                  \
@@ -61,6 +62,7 @@
   X(time_map_ns, "time in cuMemMap")                                                         \
   X(time_unmap_ns, "time in cuMemUnmap")                                                     \
   X(time_set_access_ns, "time in cuMemSetAccess")                                            \
+  X(time_look_ns, "time in those free-memory queries")                                       \
   X(remapped_bytes, "bytes of handles unmapped from holes and mapped elsewhere (stitched)")  \
   X(num_remaps, "handles moved from one address to another")                                 \
   X(num_coalesces, "at the cap, one handle made for a gap instead of mapping several small cached ones")
