@@ -18,11 +18,14 @@
  * create, map and set access on the first, or waits for them (a lock in
  * the driver): the first thread's time to make n handles alone, with the
  * release of n others inline, and with those releases on the second
- * thread.  Needs a GPU:
+ * thread.  With "limit [MiB [fd]]" it asks what a create costs as the device's
+ * free memory runs out (a raw allocation leaves MiB free, 1024 if not
+ * given) and just after memory was released there; "fd": handles
+ * shareable as POSIX descriptors, as xseg makes them.  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -o /tmp/driver_probe &&
- * /tmp/driver_probe [meminfo|overlap]
+ * /tmp/driver_probe [meminfo|overlap|limit [MiB [fd]]]
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -288,6 +291,260 @@ static void overlap_probe(CUcontext ctx) {
     }
 }
 
+
+/* ---- near the device's limit ------------------------------------------------------------- */
+
+static CUmemGenericAllocationHandle lim_h[4096];
+static CUmemAllocationHandleType lim_types = CU_MEM_HANDLE_TYPE_NONE;
+
+static CUresult lim_make(CUdeviceptr va, int i, size_t sz) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = lim_types;
+  CUresult r = cuMemCreate(&lim_h[i], sz, &prop, 0);
+  if (r != CUDA_SUCCESS) return r;
+  CK(cuMemMap(va + (size_t)i * sz, sz, 0, lim_h[i], 0));
+  CK(cuMemSetAccess(va + (size_t)i * sz, sz, &acc, 1));
+  return CUDA_SUCCESS;
+}
+
+static void lim_drop(CUdeviceptr va, int i, size_t sz) {
+  CK(cuMemUnmap(va + (size_t)i * sz, sz));
+  CK(cuMemRelease(lim_h[i]));
+}
+
+static int dcmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median and largest of n creates, in us. */
+static void lim_report(const char *what, double *us, int n) {
+  qsort(us, n, sizeof *us, dcmp);
+  printf("  %-58s n=%4d  median %8.1f  p90 %8.1f  max %8.1f us\n", what, n, us[n / 2], us[n * 9 / 10], us[n - 1]);
+}
+
+/* At the limit (n 2 MiB handles of lim_h mapped at va), memory released as
+ * scattered 2 MiB handles (every eighth), then asked for as one handle of
+ * their sum, as a coalescing or a large growth does; then one such handle
+ * released and asked for as small ones, as a conversion does. */
+static void scattered_probe(CUdeviceptr va, int n, size_t sz) {
+  static double us[32];
+  static CUmemGenericAllocationHandle big[8];
+  CUdeviceptr bva;
+  const size_t bsz = (size_t)32 * sz;
+  CK(cuMemAddressReserve(&bva, 8 * bsz, 0, 0, 0));
+  int nb = 0;
+  double bus[8];
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = lim_types;
+  for (int r = 0; r < 8 && (r + 1) * 32 * 8 <= n; r++) {
+    for (int i = 0; i < 32; i++) lim_drop(va, r * 256 + i * 8, sz);
+    double t0 = now();
+    CUresult cr = cuMemCreate(&big[nb], bsz, &prop, 0);
+    if (cr != CUDA_SUCCESS) {
+      printf("  a 64 MiB create refused after releasing 32 scattered pages\n");
+      for (int i = 0; i < 32; i++) CK(lim_make(va, r * 256 + i * 8, sz));
+      break;
+    }
+    CK(cuMemMap(bva + nb * bsz, bsz, 0, big[nb], 0));
+    CK(cuMemSetAccess(bva + nb * bsz, bsz, &acc, 1));
+    bus[nb++] = now() - t0;
+  }
+  if (nb) lim_report("full: 32 scattered 2 MiB released, one 64 MiB created", bus, nb);
+  if (nb) {
+    CK(cuMemUnmap(bva + (nb - 1) * bsz, bsz));
+    CK(cuMemRelease(big[nb - 1]));
+    for (int i = 0; i < 32; i++) {
+      double t0 = now();
+      CK(lim_make(va, (nb - 1) * 256 + i * 8, sz));
+      us[i] = now() - t0;
+    }
+    nb--;
+    lim_report("full: one 64 MiB released, 32 x 2 MiB created", us, 32);
+  }
+  for (int r = 0; r < nb; r++) {
+    CK(cuMemUnmap(bva + r * bsz, bsz));
+    CK(cuMemRelease(big[r]));
+    for (int i = 0; i < 32; i++) CK(lim_make(va, r * 256 + i * 8, sz));
+  }
+  CK(cuMemAddressFree(bva, 8 * bsz));
+}
+
+/* What a create costs as the device's free memory runs out, and just after
+ * memory was released there: a raw cuMemAlloc (the filler) leaves
+ * `left` MiB free, 2 MiB handles are made (mapped, given access) until the
+ * driver refuses, then released and made again one at a time, at once and
+ * after a pause, with the device full and with room. */
+static void limit_probe(size_t left_mib) {
+  const size_t sz = (size_t)2 << 20;
+  size_t fr, to;
+  CK(cuMemGetInfo(&fr, &to));
+  CUdeviceptr filler = 0, va;
+  size_t fill = fr > (left_mib << 20) ? fr - (left_mib << 20) : 0;
+  if (fill) CK(cuMemAlloc(&filler, fill));
+  CK(cuMemGetInfo(&fr, &to));
+  printf("limit: filler %zu MiB, %zu MiB free of %zu; handles %s\n", fill >> 20, fr >> 20, to >> 20,
+         lim_types == CU_MEM_HANDLE_TYPE_NONE ? "plain" : "shareable as POSIX descriptors");
+  CK(cuMemAddressReserve(&va, (size_t)4096 * sz, 0, 0, 0));
+  static double us[4096], free_at[4096];
+  int n = 0;
+  for (; n < 4096; n++) {
+    CK(cuMemGetInfo(&fr, &to));
+    free_at[n] = (double)(fr >> 20);
+    double t0 = now();
+    CUresult r = lim_make(va, n, sz);
+    us[n] = now() - t0;
+    if (r != CUDA_SUCCESS) {
+      printf("  refused after %d handles (%zu MiB free by cuMemGetInfo), the refusal took %.1f us\n", n, fr >> 20,
+             us[n]);
+      break;
+    }
+  }
+  /* Creates by the free memory before them. */
+  static const double bands[] = {1e9, 1024, 256, 64, 16, 0};
+  for (int b = 0; b + 1 < (int)(sizeof bands / sizeof *bands); b++) {
+    static double sel[4096];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (free_at[i] <= bands[b] && free_at[i] > bands[b + 1]) sel[k++] = us[i];
+    char what[96];
+    snprintf(what, sizeof what, "create+map+access, %g < free <= %g MiB", bands[b + 1], bands[b]);
+    if (k) lim_report(what, sel, k);
+  }
+  /* At the limit: drop one, make one; then the same after a 20 ms pause. */
+  int m = n < 64 ? n : 64;
+  for (int pause = 0; pause < 2; pause++) {
+    for (int i = 0; i < m; i++) {
+      lim_drop(va, n - 1 - i, sz);
+      if (pause) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+      }
+      double t0 = now();
+      CK(lim_make(va, n - 1 - i, sz));
+      us[i] = now() - t0;
+    }
+    lim_report(pause ? "full: release one, 20 ms, create one" : "full: release one, create one at once", us, m);
+  }
+  /* Release 64 at once, then make them again. */
+  for (int i = 0; i < m; i++) lim_drop(va, n - 1 - i, sz);
+  for (int i = 0; i < m; i++) {
+    double t0 = now();
+    CK(lim_make(va, n - 1 - i, sz));
+    us[i] = now() - t0;
+  }
+  lim_report("full: release 64, then create 64", us, m);
+  scattered_probe(va, n, sz);
+  /* With room: half released, then the same churn. */
+  int half = n / 2;
+  for (int i = half; i < n; i++) lim_drop(va, i, sz);
+  CK(cuMemGetInfo(&fr, &to));
+  for (int i = 0; i < m; i++) {
+    lim_drop(va, half - 1 - i, sz);
+    double t0 = now();
+    CK(lim_make(va, half - 1 - i, sz));
+    us[i] = now() - t0;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "room (%zu MiB free): release one, create one at once", fr >> 20);
+  lim_report(what, us, m);
+  for (int i = 0; i < half; i++) lim_drop(va, i, sz);
+  CK(cuMemAddressFree(va, (size_t)4096 * sz));
+  if (filler) CK(cuMemFree(filler));
+}
+
+/* A handle of `asz` MiB released at the limit and its memory asked for again
+ * at once: as one handle of the same size, as a slightly smaller one and a
+ * page (what a conversion makes), as 16 MiB or 2 MiB handles, after a
+ * pause, after cuCtxSynchronize, and after cuMemGetInfo shows the memory
+ * free again.  The filler leaves `left` MiB free; a 512 MiB handle is held
+ * beside, so about left - 512 - asz MiB stay free besides the released. */
+static void release_probe(size_t left_mib, size_t asz_mib) {
+  const size_t mib = (size_t)1 << 20, asz = asz_mib * mib, keep_sz = 512 * mib;
+  size_t fr, to;
+  CK(cuMemGetInfo(&fr, &to));
+  CUdeviceptr filler = 0, va;
+  size_t fill = fr > left_mib * mib ? fr - left_mib * mib : 0;
+  if (fill) CK(cuMemAlloc(&filler, fill));
+  CK(cuMemAddressReserve(&va, asz + keep_sz, 0, 0, 0));
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = lim_types;
+  CUmemGenericAllocationHandle keep, a, parts[1024];
+  CK(cuMemCreate(&keep, keep_sz, &prop, 0));
+  CK(cuMemMap(va + asz, keep_sz, 0, keep, 0));
+  CK(cuMemSetAccess(va + asz, keep_sz, &acc, 1));
+  CK(cuMemGetInfo(&fr, &to));
+  size_t beside = fr > asz ? fr - asz : 0;
+  printf("release: a %zu MiB handle released and made again, %zu MiB free beside\n", asz_mib, beside >> 20);
+  /* way: 0 none, 1 sleep pause_us, 2 cuCtxSynchronize, 3 poll cuMemGetInfo */
+  static const struct {
+    const char *what;
+    size_t first, rest;
+    int way, pause_us;
+  } v[] = {{"the same size", 0, 0, 0, 0},         {"all but 16 MiB + 16 MiB", 1, 16, 0, 0},
+           {"16 MiB handles", 16, 16, 0, 0},      {"2 MiB handles", 2, 2, 0, 0},
+           {"the same after 100 us", 0, 0, 1, 100}, {"the same after 250 us", 0, 0, 1, 250},
+           {"the same after 500 us", 0, 0, 1, 500}, {"the same after 1 ms", 0, 0, 1, 1000},
+           {"the same after 2 ms", 0, 0, 1, 2000},  {"the same after cuCtxSynchronize", 0, 0, 2, 0},
+           {"the same once cuMemGetInfo shows it", 0, 0, 3, 0}};
+  for (unsigned k = 0; k < sizeof v / sizeof *v; k++) {
+    double us[8], first[8], waited[8];
+    int polls = 0;
+    for (int rep = 0; rep < 8; rep++) {
+      CK(cuMemCreate(&a, asz, &prop, 0));
+      CK(cuMemMap(va, asz, 0, a, 0));
+      CK(cuMemSetAccess(va, asz, &acc, 1));
+      CK(cuMemUnmap(va, asz));
+      CK(cuMemRelease(a));
+      double w0 = now();
+      if (v[k].way == 1) {
+        struct timespec ts = {0, v[k].pause_us * 1000L};
+        nanosleep(&ts, NULL);
+      } else if (v[k].way == 2) {
+        CK(cuCtxSynchronize());
+      } else if (v[k].way == 3) {
+        do {
+          CK(cuMemGetInfo(&fr, &to));
+          polls++;
+        } while (fr < beside + asz && now() - w0 < 50000);
+      }
+      waited[rep] = now() - w0;
+      int np = 0;
+      double t0 = now();
+      for (size_t off = 0; off < asz; np++) {
+        size_t sz = v[k].first == 0 ? asz : v[k].first == 1 ? (np == 0 ? asz - 16 * mib : 16 * mib)
+                                                            : (np == 0 ? v[k].first : v[k].rest) * mib;
+        CK(cuMemCreate(&parts[np], sz, &prop, 0));
+        if (np == 0) first[rep] = now() - t0;
+        off += sz;
+      }
+      us[rep] = now() - t0;
+      for (int i = 0; i < np; i++) CK(cuMemRelease(parts[i]));
+      struct timespec ts = {0, 20 * 1000L * 1000L}; /* let the parts' release finish */
+      nanosleep(&ts, NULL);
+    }
+    qsort(us, 8, sizeof *us, dcmp);
+    qsort(first, 8, sizeof *first, dcmp);
+    qsort(waited, 8, sizeof *waited, dcmp);
+    printf("  made again as %-36s median %8.1f us (first create %8.1f), max %8.1f; waited %7.1f us%s\n", v[k].what,
+           us[4], first[4], us[7], waited[4], v[k].way == 3 ? "" : "");
+    if (v[k].way == 3) printf("    (%d cuMemGetInfo calls in 8 rounds)\n", polls);
+  }
+  CK(cuMemUnmap(va + asz, keep_sz));
+  CK(cuMemRelease(keep));
+  CK(cuMemAddressFree(va, asz + keep_sz));
+  if (filler) CK(cuMemFree(filler));
+}
+
 int main(int argc, char **argv) {
   CK(cuInit(0));
   CUdevice dev;
@@ -304,6 +561,16 @@ int main(int argc, char **argv) {
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   if (argc > 1 && !strcmp(argv[1], "overlap")) {
     overlap_probe(ctx);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "release")) {
+    if (argc > 3 && !strcmp(argv[3], "fd")) lim_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    release_probe(argc > 2 ? strtoul(argv[2], NULL, 10) : 1100, argc > 4 ? strtoul(argv[4], NULL, 10) : 512);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "limit")) {
+    if (argc > 3 && !strcmp(argv[3], "fd")) lim_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    limit_probe(argc > 2 ? strtoul(argv[2], NULL, 10) : 1024);
     return 0;
   }
   CUdeviceptr va;
