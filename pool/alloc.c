@@ -356,7 +356,10 @@ void *xs_malloc(xs_device_t *d, size_t size, xseg_stream_t s, int pool) {
     return NULL;
   }
   xs_fit_t f;
-  int rc = d->strat->acquire(d, &st->pools[rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE], rsize, &f);
+  xs_pool_t *p = &st->pools[rsize <= XS_SMALL_MAX ? XS_SMALL : XS_LARGE];
+  int rc = d->strat->acquire(d, p, rsize, &f);
+  /* Memory the driver refused once may be free now: it has the last word. */
+  if (rc == XSEG_ENOMEM && xs_vmm_forget_unseen(&d->vmm)) rc = d->strat->acquire(d, p, rsize, &f);
   if (rc == XSEG_ENOMEM) return oom(d, size, rsize);
   if (rc != 0) return NULL; /* the error says why */
   return hand_out(d, &f, size, s);

@@ -463,6 +463,82 @@ XT_TEST(large_handles_convert_into_pieces_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Where the driver makes a create wait for memory that a release just gave
+ * back (modelled by xs_host_scrub: 16 us per MiB, a 3 ms wait), xseg, on a
+ * nearly full device, learns it from the first creates that wait and then
+ * sleeps out the scrub before creating: a request made again after
+ * xseg_empty_cache gave its memory back waits in the driver a few times
+ * (learning, and the unpaced probe every XS_VMM_PACE_PROBE), not every
+ * time; where nothing waited, nothing is paced. */
+XT_TEST(creates_after_releases_wait_out_the_scrub_on_a_full_device) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
+  xs_backend_t *be = t_backend();
+  char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free */
+  XT_REQUIRE(fill);
+  for (int modelled = 0; modelled < 2; modelled++) {
+    if (modelled) xs_host_scrub(be, 16000, 3000000);
+    long long rel0 = t_stat(0, "num_device_free");
+    for (int i = 0; i < 64; i++) {
+      size_t sz = (size_t)(40 + (i % 2) * 4) * MiB; /* needs memory the last empty_cache gave back */
+      char *a = xseg_malloc(sz, 0, NULL);
+      XT_REQUIRE(a);
+      t_fill(a, sz, (unsigned)i);
+      XT_CHECK(t_verify(a, sz, (unsigned)i));
+      XT_CHECK_EQ(xseg_free(a), 0);
+      XT_CHECK_EQ(xseg_empty_cache(0), 0);
+    }
+    long long releases = t_stat(0, "num_device_free") - rel0;
+    XT_CHECK_MSG(releases >= 64, "only %lld releases in 64 rounds", releases);
+    if (!modelled) {
+      XT_CHECK_EQ(t_stat(0, "time_paced_ns"), 0);
+      XT_CHECK_EQ(t_stat(0, "num_create_waits"), 0);
+      continue;
+    }
+    xs_host_counters_t c;
+    xs_host_counters(be, 0, &c);
+    XT_CHECK_MSG(c.scrub_waits * 4 <= (uint64_t)releases, "%llu of %lld creates after releases waited for the scrub",
+                 (unsigned long long)c.scrub_waits, releases);
+    XT_CHECK_MSG(c.scrub_waits >= 1, "no create waited: the model did not run");
+    XT_CHECK(t_stat(0, "time_paced_ns") > 0);
+    XT_CHECK_EQ((uint64_t)t_stat(0, "num_create_waits"), c.scrub_waits);
+  }
+  xs_host_scrub(be, 0, 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+/* A device whose free figure shows 2 MiB more than the driver will give
+ * (xs_host_hide; an H100 under a filler showed 1014 MiB free and refused
+ * a 1014 MiB create, then gave 1012): xseg learns it from the first
+ * refusal, and a growth that fills the device asks the driver once for
+ * too much, not once for every page it then gets; once the driver gives
+ * all its memory again, xseg uses it (xs_vmm_forget_unseen). */
+XT_TEST(memory_the_driver_refused_is_not_asked_for_again) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
+  xs_backend_t *be = t_backend();
+  char *x = xseg_malloc(60 * MiB, 0, NULL), *keep = xseg_malloc(40 * MiB, 0, NULL);
+  XT_REQUIRE(x && keep);
+  XT_CHECK_EQ(xseg_free(x), 0); /* 60 MiB free in place, 28 MiB shown free */
+  xs_host_hide(be, 2 * MiB);
+  long long refused = t_stat(0, "num_create_refused");
+  char *a = xseg_malloc(80 * MiB, 0, NULL); /* 26 MiB new, the rest moved from x's place */
+  XT_REQUIRE(a);
+  t_fill(a, 80 * MiB, 1);
+  XT_CHECK_MSG(t_stat(0, "num_create_refused") - refused <= 2, "%lld creates refused for one growth",
+               t_stat(0, "num_create_refused") - refused);
+  XT_CHECK(t_verify(a, 80 * MiB, 1));
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  xs_host_hide(be, 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  char *all = xseg_malloc(128 * MiB, 0, NULL);
+  XT_CHECK_MSG(all != NULL, "the driver gives all 128 MiB again, yet: %s", xseg_last_error());
+  T_CHECK_HEAP();
+  if (all) XT_CHECK_EQ(xseg_free(all), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* A request over part of a small idle handle (at most XS_PIECE_PAGES
  * pages) pins it rather than re-make it as page handles, while memory is
  * plentiful and pins stay within their budget (pool/expandable.h,
@@ -816,6 +892,8 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
+  XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
+  XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(memory_held_by_others_counts_against_plenty);

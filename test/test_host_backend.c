@@ -131,6 +131,40 @@ XT_TEST(unmapped_and_inaccessible_pages_fault) {
   b->destroy(b);
 }
 
+/* xs_host_hide: the free figure shows memory a create may not have.
+ * xs_host_scrub: a create that needs memory a release gave back before its
+ * modelled scrub ended waits, and is counted; after the scrub it does not. */
+XT_TEST(hidden_and_scrubbed_memory_is_modelled) {
+  xs_backend_t *b = mk(8, 1); /* 4 granules */
+  XT_REQUIRE(b);
+  xs_handle_t h[2];
+  xs_host_hide(b, G);
+  XT_CHECK_EQ(b->create(b, 0, 4 * G, &h[0]), XSEG_ENOMEM);
+  size_t fr, tot;
+  XT_CHECK_EQ(b->mem_info(b, 0, &fr, &tot), 0);
+  XT_CHECK_EQ(fr, 4 * G);
+  XT_CHECK_EQ(b->create(b, 0, 3 * G, &h[0]), 0);
+  xs_host_hide(b, 0);
+  xs_host_scrub(b, 1000000000u, 1000000); /* 1 s per MiB: a 2 MiB scrub outlasts the test; 1 ms waits */
+  XT_CHECK_EQ(b->release(b, 0, h[0]), 0);
+  xs_host_counters_t c;
+  XT_CHECK_EQ(b->create(b, 0, G, &h[1]), 0); /* the granule never used: no wait */
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, 0);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[0]), 0); /* needs released granules: waits */
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, 1);
+  b->release(b, 0, h[0]);
+  b->release(b, 0, h[1]);
+  xs_host_scrub(b, 0, 0);
+  XT_CHECK_EQ(b->create(b, 0, 4 * G, &h[0]), 0); /* modelling off: at once */
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, 1);
+  b->release(b, 0, h[0]);
+  check_clean(b);
+  b->destroy(b);
+}
+
 XT_TEST(capacity_exhaustion_is_enomem) {
   xs_backend_t *b = mk(8, 1); /* 4 granules */
   XT_REQUIRE(b);
@@ -345,6 +379,7 @@ int main(void) {
   XT_RUN(content_survives_remap);
   XT_RUN(unmapped_and_inaccessible_pages_fault);
   XT_RUN(capacity_exhaustion_is_enomem);
+  XT_RUN(hidden_and_scrubbed_memory_is_modelled);
   XT_RUN(driver_rules_are_enforced);
   XT_RUN(each_injected_fault_errors_and_leaks_nothing);
   XT_RUN(events_follow_the_stream_controls);

@@ -40,6 +40,8 @@ typedef struct hdev_s {
   uint8_t *chunk_used; /* 1 per chunk owned by a live handle */
   size_t used_chunks;
   size_t hint;         /* next-fit start for chunk search */
+  size_t scrubbing;    /* released chunks the modelled scrub has not given back */
+  uint64_t scrub_end;  /* when it will have */
   xs_host_counters_t c;
 } hdev_t;
 
@@ -113,6 +115,8 @@ typedef struct host_s {
   size_t nma, capma;
   uint64_t ncalls[XS_CALL__COUNT];
   hfault_t fault[XS_CALL__COUNT];
+  uint64_t scrub_ns_per_mib, scrub_wait_ns; /* xs_host_scrub */
+  size_t hidden_chunks;                     /* xs_host_hide */
 } host_t;
 
 static _Thread_local char host_err[256];
@@ -259,6 +263,12 @@ static void handle_destroy(host_t *h, uint32_t id) {
   }
   d->used_chunks -= hh->nchunks;
   d->c.handle_bytes -= hh->size;
+  if (h->scrub_ns_per_mib) {
+    uint64_t t = xs_clock_ns();
+    if (d->scrub_end <= t) d->scrubbing = 0;
+    d->scrub_end = (d->scrub_end > t ? d->scrub_end : t) + (hh->size >> 20) * h->scrub_ns_per_mib;
+    d->scrubbing += hh->nchunks;
+  }
   free(hh->chunks);
   free(hh);
   h->handles[id - 1] = NULL;
@@ -271,7 +281,15 @@ static int op_create(host_t *h, int dev, size_t size, xs_handle_t *out) {
     return fail(XSEG_EBACKEND, "host: create: size %zu is not a multiple of the granularity %zu", size,
                 h->gran);
   size_t n = size / h->gran;
-  if (n > d->nchunks - d->used_chunks)
+  if (d->scrubbing && d->scrub_end <= xs_clock_ns()) d->scrubbing = 0;
+  if (d->scrubbing && n <= d->nchunks - d->used_chunks && n > d->nchunks - d->used_chunks - d->scrubbing) {
+    struct timespec ts = {(time_t)(h->scrub_wait_ns / 1000000000u), (long)(h->scrub_wait_ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    d->scrubbing = 0; /* the driver waited for the scrub */
+    d->c.scrub_waits++;
+  }
+  if (n + h->hidden_chunks > d->nchunks - d->used_chunks)
     return fail(XSEG_ENOMEM, "host: create: out of memory on device %d: %zu bytes asked, %zu free of %zu",
                 dev, size, (d->nchunks - d->used_chunks) * h->gran, d->capacity);
   /* Grow both id tables first, so that nothing below can fail half-way and
@@ -759,6 +777,7 @@ void xs_host_counters(xs_backend_t *b, int dev, xs_host_counters_t *out) {
     out->mem_allocs_live += c->mem_allocs_live;
     out->events_live += c->events_live;
     out->waits += c->waits;
+    out->scrub_waits += c->scrub_waits;
   }
   pthread_mutex_unlock(&h->mu);
 }
@@ -768,6 +787,22 @@ void xs_host_fail(xs_backend_t *b, xs_call_t kind, uint64_t n, int code, int sti
   if ((int)kind < 0 || kind >= XS_CALL__COUNT || n == 0) return;
   pthread_mutex_lock(&h->mu);
   h->fault[kind] = (hfault_t){h->ncalls[kind] + n, code ? code : XSEG_EBACKEND, sticky};
+  pthread_mutex_unlock(&h->mu);
+}
+
+void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns) {
+  host_t *h = H(b);
+  pthread_mutex_lock(&h->mu);
+  h->scrub_ns_per_mib = ns_per_mib;
+  h->scrub_wait_ns = wait_ns;
+  for (int d = 0; d < h->ndev; d++) h->devs[d].scrubbing = 0;
+  pthread_mutex_unlock(&h->mu);
+}
+
+void xs_host_hide(xs_backend_t *b, size_t bytes) {
+  host_t *h = H(b);
+  pthread_mutex_lock(&h->mu);
+  h->hidden_chunks = (bytes + h->gran - 1) / h->gran;
   pthread_mutex_unlock(&h->mu);
 }
 

@@ -34,6 +34,7 @@ typedef struct xs_host_counters_s {
   uint64_t mem_allocs_live;        /* mem_alloc blocks not yet freed */
   uint64_t events_live;            /* events created and not destroyed */
   uint64_t waits;                  /* event_sync calls that had to wait */
+  uint64_t scrub_waits;            /* creates that waited for released memory to be scrubbed */
 } xs_host_counters_t;
 
 /* The host backend behind `b`, or NULL if `b` is another kind. */
@@ -48,6 +49,19 @@ void xs_host_counters(xs_backend_t *b, int dev, xs_host_counters_t *out);
  * no effect. */
 void xs_host_fail(xs_backend_t *b, xs_call_t kind, uint64_t n, int code, int sticky);
 void xs_host_fail_clear(xs_backend_t *b);
+
+/* Model the driver's scrub of released memory (off until called): the
+ * chunks of a released handle come back ns_per_mib per MiB after the
+ * release, one release after another, and a create that needs chunks
+ * still being scrubbed sleeps wait_ns (the driver waits about 7 ms on an
+ * H100 although a 64 MiB scrub takes under 0.1 ms) and is counted in
+ * scrub_waits.  0, 0 turns it off. */
+void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns);
+
+/* Keep `bytes` of each device's free memory from creates while its free
+ * figure (mem_info) still shows them, as the CUDA driver keeps a little
+ * for itself: a create that would need them is refused.  0: off. */
+void xs_host_hide(xs_backend_t *b, size_t bytes);
 
 /* Streams. */
 void xs_host_stream_hold(xs_backend_t *b, xseg_stream_t s);     /* work stays pending */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vmm.h"
@@ -79,6 +80,7 @@ int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t 
   v->vmm = info.vmm;
   snprintf(v->name, sizeof v->name, "%s", info.name);
   v->limit = cap_of(v, fraction, max_bytes);
+  v->scrub_ns_per_mib = XS_VMM_SCRUB_NS_PER_MIB;
   xs_vmm_look(v);
   if (peer_access) {
     int n = 0;
@@ -166,18 +168,37 @@ static int over_limit(const xs_vmm_t *v, size_t size) {
  * may have let memory go since. */
 static int fits_device(xs_vmm_t *v, size_t size) {
   for (int looked = 0;; looked = 1) {
-    size_t dev = v->total > v->others ? v->total - v->others : 0;
+    size_t dev = xs_vmm_device_room(v);
     if (v->held <= dev && size <= dev - v->held) return 1;
     if (looked) return 0;
     xs_vmm_look(v);
   }
 }
 
+/* The driver refused size bytes: look again (others may hold more than
+ * last seen), and where the device's free memory still shows them, learn
+ * that it shows memory the driver does not give (unseen), so that the
+ * next create that large is refused without a call.  On an H100 with the
+ * device filled by another allocation, a create of 1014 MiB was refused
+ * with 1014 MiB shown free, and xseg asked 730 times per replay for 2 MiB
+ * less each time (benchmarks/results/gpu-h100-pacing-at.txt). */
+static void refused(xs_vmm_t *v, size_t size) {
+  xs_vmm_look(v);
+  size_t dev = xs_vmm_device_room(v), free_seen = dev > v->held ? dev - v->held : 0;
+  if (free_seen >= size) v->unseen += free_seen - size + v->gran;
+}
+
+int xs_vmm_forget_unseen(xs_vmm_t *v) {
+  size_t had = v->unseen;
+  v->unseen = 0;
+  return had > 0;
+}
+
 static int device_full(const xs_vmm_t *v, size_t size) {
   return xs_vmm_fail(XSEG_ENOMEM,
                      "xseg: device %d: %zu more bytes do not fit in its free memory (%zu bytes held by xseg, %zu "
-                     "by others, of %zu)",
-                     v->dev, size, v->held, v->others, v->total);
+                     "by others, %zu shown free that the driver refused, of %zu)",
+                     v->dev, size, v->held, v->others, v->unseen, v->total);
 }
 
 int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
@@ -192,7 +213,7 @@ int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
     v->st.num_create_refused++;
     rc = xs_vmm_fail(rc, "xseg: device %d: allocating a segment of %zu bytes failed: %s", v->dev, size,
                      be_err(v));
-    xs_vmm_look(v);
+    refused(v, size);
     return rc;
   }
   v->held += size;
@@ -221,6 +242,58 @@ int xs_vmm_mem_free(xs_vmm_t *v, uintptr_t addr, size_t size, int tag) {
   return 0;
 }
 
+/* ---- pacing creates after releases (vmm.h) ---------------------------------------------- */
+
+/* The device nearly full: where scrubs make creates wait. */
+static int device_nearly_full(const xs_vmm_t *v) {
+  size_t dev = xs_vmm_device_room(v);
+  return (dev > v->held ? dev - v->held : 0) < v->total / XS_VMM_PACE_ROOM_DIV;
+}
+
+/* A release of size bytes just ended: the driver scrubs them after what
+ * it was scrubbing already. */
+static void scrub_queue(xs_vmm_t *v, size_t size) {
+  uint64_t t = now(v), start = v->scrub_end_ns > t ? v->scrub_end_ns : t;
+  v->scrub_end_ns = start + (uint64_t)(size >> 20) * v->scrub_ns_per_mib;
+  v->released_ns = t;
+}
+
+/* Before a create of size bytes: sleep out the scrub where creates have
+ * been waiting for it.  Returns the nanoseconds slept; *probe set for the
+ * unpaced probe (never a single page: the driver gives one at once). */
+static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
+  *probe = 0;
+  uint64_t t = now(v);
+  if (!v->pacing || v->scrub_end_ns <= t) return 0;
+  if (size > v->gran && ++v->paced % XS_VMM_PACE_PROBE == 0) { /* a single page is not kept waiting */
+    *probe = 1;
+    return 0;
+  }
+  uint64_t d = v->scrub_end_ns - t;
+  if (d > XS_VMM_PACE_MAX_NS) d = XS_VMM_PACE_MAX_NS;
+  struct timespec ts = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  d = now(v) - t;
+  v->st.time_paced_ns += d;
+  return d;
+}
+
+/* After a create of size bytes that took dt ns, slept before it: learn. */
+static void paced(xs_vmm_t *v, size_t size, uint64_t dt, uint64_t slept, int probe) {
+  if (now(v) - v->released_ns > XS_VMM_PACE_WINDOW_NS || !device_nearly_full(v)) return;
+  int waited = dt > XS_VMM_WAITED_NS + (uint64_t)(size >> 20) * XS_VMM_CREATE_NS_PER_MIB;
+  if (waited) {
+    v->st.num_create_waits++;
+    v->pacing = 1;
+    if (slept) v->scrub_ns_per_mib += v->scrub_ns_per_mib / 2;
+  } else if (slept) {
+    v->scrub_ns_per_mib -= v->scrub_ns_per_mib / 256;
+  } else if (probe) {
+    v->pacing = 0; /* unpaced and not waiting: the scrubs keep up */
+  }
+}
+
 /* ---- physical handles ----------------------------------------------------------------- */
 
 int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
@@ -230,17 +303,21 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   if (!fits_device(v, size)) return device_full(v, size);
   xs_chunk_t *c = calloc(1, sizeof *c);
   if (!c) return xs_vmm_fail(XSEG_ENOMEM, "xseg: out of host memory");
+  int probe;
+  uint64_t slept = pace(v, size, &probe);
   uint64_t t0 = now(v);
   int rc = v->be->create(v->be, v->dev, size, &c->h);
-  v->st.time_create_ns += now(v) - t0;
+  uint64_t dt = now(v) - t0;
+  v->st.time_create_ns += dt;
   if (rc != 0) {
     free(c);
     v->st.num_create_refused++;
     rc = xs_vmm_fail(rc, "xseg: device %d: creating a physical handle of %zu bytes failed: %s", v->dev, size,
                      be_err(v));
-    xs_vmm_look(v); /* refused: others may hold more than last seen */
+    refused(v, size);
     return rc;
   }
+  paced(v, size, dt, slept, probe);
   c->size = size;
   c->created_ns = t0;
   c->fd = -1;
@@ -263,6 +340,7 @@ int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c) {
                        c->size, be_err(v));
   v->held -= c->size;
   v->st.num_device_free++;
+  scrub_queue(v, c->size);
   xs_gauge_add(&v->st.handles_live, -1);
   xs_gauge_add(&v->st.held_bytes, -(int64_t)c->size);
   if (c->fd >= 0) close(c->fd);

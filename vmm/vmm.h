@@ -63,6 +63,8 @@
   X(time_unmap_ns, "time in cuMemUnmap")                                                     \
   X(time_set_access_ns, "time in cuMemSetAccess")                                            \
   X(time_look_ns, "time in those free-memory queries")                                       \
+  X(num_create_waits, "creates after a release that waited for the driver to scrub memory")  \
+  X(time_paced_ns, "time slept before creates, for the driver to scrub released memory")     \
   X(remapped_bytes, "bytes of handles unmapped from holes and mapped elsewhere (stitched)")  \
   X(num_remaps, "handles moved from one address to another")                                 \
   X(num_coalesces, "at the cap, one handle made for a gap instead of mapping several small cached ones")
@@ -116,6 +118,12 @@ typedef struct xs_vmm_s {
   size_t held;                   /* bytes of chunks and fixed ranges held */
   size_t others;                 /* device memory held outside xseg at the last look (xs_vmm_look) */
   unsigned unlooked;             /* creates since that look */
+  size_t unseen;                 /* free memory the driver refused to give though its free figure showed it */
+  uint64_t scrub_end_ns;         /* when the driver is expected to have scrubbed what was released */
+  uint64_t scrub_ns_per_mib;     /* its pace, learned (XS_VMM_SCRUB_NS_PER_MIB at first) */
+  uint64_t released_ns;          /* when the last release ended */
+  int pacing;                    /* creates after releases were seen waiting: sleep out the scrub first */
+  unsigned paced;                /* paced creates, for the unpaced probe every XS_VMM_PACE_PROBE */
   char name[96];                 /* the device's name */
   int peers[XS_VMM_MAX_PEERS];   /* devices given access besides dev */
   int npeers;
@@ -155,10 +163,15 @@ void xs_vmm_set_limit(xs_vmm_t *v, double fraction, size_t max_bytes);
  * benchmarks/results/gpu-h100-meminfo.txt.) */
 #define XS_VMM_LOOK_EVERY 8
 void xs_vmm_look(xs_vmm_t *v);
-/* The bytes xseg could hold now: its cap, or the device's memory less
- * what others hold, if that is less. */
+/* The device's memory less what others hold and what the driver refused
+ * though its free figure showed it (unseen). */
+static inline size_t xs_vmm_device_room(const xs_vmm_t *v) {
+  size_t away = v->others + v->unseen;
+  return v->total > away ? v->total - away : 0;
+}
+/* The bytes xseg could hold now: its cap, or the device room, if less. */
 static inline size_t xs_vmm_room(const xs_vmm_t *v) {
-  size_t dev = v->total > v->others ? v->total - v->others : 0;
+  size_t dev = xs_vmm_device_room(v);
   return dev < v->limit ? dev : v->limit;
 }
 /* Bytes that may still be created: under the cap and within the device's
@@ -167,6 +180,30 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
   size_t room = xs_vmm_room(v);
   return v->held < room ? room - v->held : 0;
 }
+/* Pacing creates after releases (vmm/phys.c).  The driver scrubs the
+ * memory a release gives back before a create may have it, and a create
+ * that needs such memory waits about 7 ms on an H100 (driver 580), though
+ * the scrub itself takes under 0.1 ms for 64 MiB and 1-2 ms for 512 MiB
+ * (benchmarks/results/gpu-h100-driver-probe-release.txt).  On a device
+ * nearly full (less than 1/XS_VMM_PACE_ROOM_DIV of it free), once a create
+ * within XS_VMM_PACE_WINDOW_NS of a release took XS_VMM_WAITED_NS longer
+ * than its size explains, xseg sleeps out its estimate of the scrub
+ * before each create (at most XS_VMM_PACE_MAX_NS).  The estimate, in ns
+ * per MiB released, grows by half after a paced create that still waited
+ * and shrinks by 1/256 after one that did not; every XS_VMM_PACE_PROBE-th
+ * paced create larger than a page goes unpaced, and pacing stops when
+ * that one does not wait. */
+#define XS_VMM_SCRUB_NS_PER_MIB 4000
+#define XS_VMM_WAITED_NS 1500000
+#define XS_VMM_CREATE_NS_PER_MIB 3000 /* a large create is slow by itself: about 3 us per MiB */
+#define XS_VMM_PACE_MAX_NS 5000000
+#define XS_VMM_PACE_PROBE 16
+#define XS_VMM_PACE_ROOM_DIV 2
+#define XS_VMM_PACE_WINDOW_NS 20000000 /* a create this soon after a release may need its memory */
+
+/* Forget the memory the driver refused though its free figure showed it
+ * (xs_vmm_t.unseen): 1 if there was any, so that the caller asks again. */
+int xs_vmm_forget_unseen(xs_vmm_t *v);
 uint64_t xs_vmm_now(const xs_vmm_t *v);
 int xs_vmm_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total);
 /* Can `peer` reach this device's memory?  0 and *can set, or an error. */
