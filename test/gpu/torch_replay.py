@@ -257,7 +257,8 @@ def driver_counts(r):
     """xseg's driver work and refused calls so far ({} under PyTorch's own allocators)."""
     if r.xs is None:
         return {}
-    return xseg_driver_counts(r.xs.xseg_stats(0), ("num_create_refused", "num_map_refused"))
+    return xseg_driver_counts(r.xs.xseg_stats(0), ("num_create_refused", "num_map_refused", "num_create_waits",
+                                                    "time_paced_ns"))
 
 
 def timed_at(a):
@@ -282,8 +283,9 @@ def timed_at(a):
             runs.append((round(time.time() - t0, 3), ok))
             calls.append({k: v - before.get(k, 0) for k, v in driver_counts(r).items()})
         # Under xseg: the driver's time and the calls it refused, per replay.
-        extra = "".join("  [driver %.0f ms, refused: %d creates, %d maps]" % (
-            c["driver_ns"] / 1e6, c["num_create_refused"], c["num_map_refused"]) for c in calls if c)
+        extra = "".join("  [driver %.0f ms, refused: %d creates, %d maps; %d creates waited, %.0f ms paced]" % (
+            c["driver_ns"] / 1e6, c["num_create_refused"], c["num_map_refused"], c["num_create_waits"],
+            c["time_paced_ns"] / 1e6) for c in calls if c)
         print("%-22s at %.4f (%6d MiB): %s%s" % (name, f, budget // MIB,
                                                 " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs),
                                                 extra), flush=True)
