@@ -502,9 +502,28 @@ XT_TEST(creates_after_releases_wait_out_the_scrub_on_a_full_device) {
     XT_CHECK(t_stat(0, "time_paced_ns") > 0);
     XT_CHECK_EQ((uint64_t)t_stat(0, "num_create_waits"), c.scrub_waits);
   }
+  /* After a large release, pacing sleeps at most one driver's wait
+   * (XS_VMM_PACE_MAX_NS, 5 ms) in all before the creates that follow.  A
+   * slow scrub (200 us per MiB) first teaches xseg a long estimate; then 80
+   * MiB released would have put the estimate's end 16 ms or more ahead, and
+   * eight creates would each have slept up to 5 ms. */
+  xs_host_scrub(be, 200000, 3000000);
+  for (int i = 0; i < 24; i++) {
+    char *a = xseg_malloc(40 * MiB, 0, NULL);
+    XT_REQUIRE(a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  long long paced_ns = t_stat(0, "time_paced_ns");
+  char *b[8];
+  for (int i = 0; i < 8; i++) XT_REQUIRE((b[i] = xseg_malloc(4 * MiB, 0, NULL)) != NULL);
+  XT_CHECK_MSG(t_stat(0, "time_paced_ns") - paced_ns <= 6000000, "%.1f ms paced for 8 creates after one release",
+               (t_stat(0, "time_paced_ns") - paced_ns) / 1e6);
+  for (int i = 0; i < 8; i++) XT_CHECK_EQ(xseg_free(b[i]), 0);
   xs_host_scrub(be, 0, 0);
   T_CHECK_HEAP();
-  XT_CHECK_EQ(xseg_free(fill), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 

@@ -255,6 +255,10 @@ static int device_nearly_full(const xs_vmm_t *v) {
 static void scrub_queue(xs_vmm_t *v, size_t size) {
   uint64_t t = now(v), start = v->scrub_end_ns > t ? v->scrub_end_ns : t;
   v->scrub_end_ns = start + (uint64_t)(size >> 20) * v->scrub_ns_per_mib;
+  /* No further ahead than one wait of the driver's: after a release of
+   * many GiB (xseg_empty_cache), the creates that follow would otherwise
+   * each sleep the most for seconds. */
+  if (v->scrub_end_ns > t + XS_VMM_PACE_MAX_NS) v->scrub_end_ns = t + XS_VMM_PACE_MAX_NS;
   v->released_ns = t;
 }
 

@@ -188,7 +188,8 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
  * nearly full (less than 1/XS_VMM_PACE_ROOM_DIV of it free), once a create
  * within XS_VMM_PACE_WINDOW_NS of a release took XS_VMM_WAITED_NS longer
  * than its size explains, xseg sleeps out its estimate of the scrub
- * before each create (at most XS_VMM_PACE_MAX_NS).  The estimate, in ns
+ * before each create (the estimate's end at most XS_VMM_PACE_MAX_NS after
+ * the last release).  The estimate, in ns
  * per MiB released, grows by half after a paced create that still waited
  * and shrinks by 1/256 after one that did not; every XS_VMM_PACE_PROBE-th
  * paced create larger than a page goes unpaced, and pacing stops when
