@@ -284,7 +284,7 @@ static int op_create(host_t *h, int dev, size_t size, xs_handle_t *out) {
   if (d->scrubbing && d->scrub_end <= xs_clock_ns()) d->scrubbing = 0;
   if (d->scrubbing && n <= d->nchunks - d->used_chunks && n > d->nchunks - d->used_chunks - d->scrubbing) {
     struct timespec ts = {(time_t)(h->scrub_wait_ns / 1000000000u), (long)(h->scrub_wait_ns % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0) {
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
     d->scrubbing = 0; /* the driver waited for the scrub */
     d->c.scrub_waits++;

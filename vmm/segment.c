@@ -153,6 +153,7 @@ int xs_vmm_cache_release_chunk(xs_vmm_t *v, xs_chunk_t *c) {
 int xs_vmm_cache_release(xs_vmm_t *v, size_t keep) {
   int rc = 0;
   cache_release_if(v, keep, 0, &rc);
+  if (keep == 0) xs_vmm_forget_unseen(v); /* a fresh start: learn again what the driver gives */
   return rc;
 }
 

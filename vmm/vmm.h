@@ -189,11 +189,10 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
  * within XS_VMM_PACE_WINDOW_NS of a release took XS_VMM_WAITED_NS longer
  * than its size explains, xseg sleeps out its estimate of the scrub
  * before each create (the estimate's end at most XS_VMM_PACE_MAX_NS after
- * the last release).  The estimate, in ns
- * per MiB released, grows by half after a paced create that still waited
- * and shrinks by 1/256 after one that did not; every XS_VMM_PACE_PROBE-th
- * paced create larger than a page goes unpaced, and pacing stops when
- * that one does not wait. */
+ * the last release).  The estimate, in ns per MiB released, grows by half
+ * after a paced create that still waited and shrinks by 1/256 after one
+ * that did not; every XS_VMM_PACE_PROBE-th paced create larger than a page
+ * goes unpaced, and pacing stops when that one does not wait. */
 #define XS_VMM_SCRUB_NS_PER_MIB 4000
 #define XS_VMM_WAITED_NS 1500000
 #define XS_VMM_CREATE_NS_PER_MIB 3000 /* a large create is slow by itself: about 3 us per MiB */
@@ -203,7 +202,9 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
 #define XS_VMM_PACE_WINDOW_NS 20000000 /* a create this soon after a release may need its memory */
 
 /* Forget the memory the driver refused though its free figure showed it
- * (xs_vmm_t.unseen): 1 if there was any, so that the caller asks again. */
+ * (xs_vmm_t.unseen): 1 if there was any, so that the caller asks again.
+ * Done before an allocation fails for want of memory, and when the whole
+ * cache goes back to the driver (xs_vmm_cache_release with keep 0). */
 int xs_vmm_forget_unseen(xs_vmm_t *v);
 uint64_t xs_vmm_now(const xs_vmm_t *v);
 int xs_vmm_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total);
