@@ -575,6 +575,13 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
    * keeps a mapped part before the chunk, else its neighbour (live, or
    * unmapped and about to absorb the chunk's pages). */
   xs_block_t *anchor = ca > f->addr ? f : f->prev;
+  /* [lo, hi): what is made again (XS_GIVE_BACK_PAGES). */
+  uintptr_t lo = ca, hi = cb;
+  if (tight(d)) {
+    const uintptr_t a0 = a / page * page, b1 = xs_round_up(b, page);
+    if (a0 > ca && (a0 - ca) / page > XS_GIVE_BACK_PAGES) lo = a0;
+    if (b1 < cb && (cb - b1) / page > XS_GIVE_BACK_PAGES) hi = b1;
+  }
   int rc;
   unmap_chunk_of(d, f, c, &rc);
   if (rc != 0) return rc;
@@ -584,20 +591,22 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
    * releases it or works around it.) */
   xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
   if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
-  uintptr_t done = ca;
+  uintptr_t done = lo;
   if (n == 0) {
     rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, ca, cb, page, page, &done));
   } else {
-    for (int i = 0; i < n && rc == 0 && done == (i ? cut[i - 1] : ca); i++) {
-      uintptr_t lo = i ? cut[i - 1] : ca;
-      rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, lo, cut[i], cut[i] - lo, cut[i] - lo, &done));
+    for (int i = 0; i < n && rc == 0; i++) {
+      uintptr_t p0 = i ? cut[i - 1] : ca;
+      if (cut[i] <= lo || p0 >= hi) continue; /* given back */
+      if (done != p0) break;
+      rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, p0, cut[i], cut[i] - p0, cut[i] - p0, &done));
     }
   }
-  if (done > ca) {
+  if (done > lo) {
     xs_block_t *u = anchor ? anchor : seg->head;
-    while (u && xs_block_end(u) <= ca) u = u->next;
-    xs_assert(u && !u->mapped && u->addr <= ca && xs_block_end(u) >= cb);
-    mark_mapped(d, u, ca, done);
+    while (u && xs_block_end(u) <= lo) u = u->next;
+    xs_assert(u && !u->mapped && u->addr <= lo && xs_block_end(u) >= hi);
+    mark_mapped(d, u, lo, done);
   }
   d->stats.num_conversions++;
   d->stats.converted_bytes += size;

@@ -38,6 +38,16 @@
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing"). */
 #define XS_PIECE_PAGES 16
+/* Under pressure, a piece before or after the block of more than
+ * XS_GIVE_BACK_PAGES pages is not made again but given back to the driver:
+ * made again at once it needs the memory the driver is still scrubbing
+ * after the release (a 6-8 ms wait on an H100), and a large rest is
+ * converted again by the next request that covers part of it.  Every
+ * rest given back raised host min-budgets under a filler by up to 0.0064,
+ * rests of more than 64 pages by up to 0.0037, more than 128 by up to
+ * 0.0045, more than 256 by at most 0.0016 (docs/benchmarks.md, "Large
+ * rests given back"). */
+#define XS_GIVE_BACK_PAGES 256
 /* A growth while memory is plentiful takes the rest of its last page into
  * its one handle when that rest is at most 1/XS_FOLD_DIV of the request,
  * except while the pool packs (XS_PACK_DIV).  The folded rest stays with

@@ -463,6 +463,37 @@ XT_TEST(large_handles_convert_into_pieces_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Under pressure, a conversion does not make again a rest of more than
+ * XS_GIVE_BACK_PAGES pages beside the block: its memory goes back to the
+ * driver (a create of it right after the release would wait for the
+ * driver's scrub), and stays usable anywhere. */
+XT_TEST(large_rests_of_a_conversion_go_back_under_pressure) {
+  XT_REQUIRE(t_init("host_capacity_mb:1280") == 0);
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(1024 * MiB, 0, NULL);
+  char *y = xseg_malloc(2 * MiB, 0, NULL), *fill = xseg_malloc(240 * MiB, 0, NULL);
+  XT_REQUIRE(keep && x && y && fill);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long held = t_stat(0, "held_bytes.current"), conv = t_stat(0, "num_conversions");
+  char *a = xseg_malloc(100 * MiB, 0, NULL); /* only x's free 1024 MiB handle holds it */
+  XT_REQUIRE(a);
+  t_fill(a, 100 * MiB, 4);
+  XT_CHECK_MSG(a >= x && a + 100 * MiB <= x + 1024 * MiB, "100 MiB did not land in the free 1024 MiB handle");
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
+  XT_CHECK_MSG(held - t_stat(0, "held_bytes.current") >= 512 * (long long)MiB,
+               "held %lld MiB before, %lld after: the rest of the handle was made again",
+               held >> 20, t_stat(0, "held_bytes.current") >> 20);
+  char *big = xseg_malloc(900 * MiB, 0, NULL); /* 936 MiB are free */
+  XT_CHECK_MSG(big != NULL, "900 MiB beside 344 MiB live on a 1280 MiB device: %s", xseg_last_error());
+  XT_CHECK(t_verify(a, 100 * MiB, 4));
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Where the driver makes a create wait for memory that a release just gave
  * back (modelled by xs_host_scrub: 16 us per MiB, a 3 ms wait), xseg, on a
  * nearly full device, learns it from the first creates that wait and then
@@ -911,6 +942,7 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
+  XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
   XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
