@@ -185,7 +185,7 @@ static int fits_device(xs_vmm_t *v, size_t size) {
  * less each time (benchmarks/results/gpu-h100-pacing-at.txt). */
 static void refused(xs_vmm_t *v, size_t size) {
   xs_vmm_look(v);
-  size_t dev = xs_vmm_device_room(v), free_seen = dev > v->held ? dev - v->held : 0;
+  size_t free_seen = xs_vmm_device_free(v);
   if (free_seen >= size) v->unseen += free_seen - size + v->gran;
 }
 
@@ -247,14 +247,13 @@ int xs_vmm_mem_free(xs_vmm_t *v, uintptr_t addr, size_t size, int tag) {
 
 /* The device nearly full: where scrubs make creates wait. */
 static int device_nearly_full(const xs_vmm_t *v) {
-  size_t dev = xs_vmm_device_room(v);
-  return (dev > v->held ? dev - v->held : 0) < v->total / XS_VMM_PACE_ROOM_DIV;
+  return xs_vmm_device_free(v) < v->total / XS_VMM_PACE_ROOM_DIV;
 }
 
-/* A release of size bytes just ended: the driver scrubs them after what
+/* A release of size bytes ended at t: the driver scrubs them after what
  * it was scrubbing already. */
-static void scrub_queue(xs_vmm_t *v, size_t size) {
-  uint64_t t = now(v), start = v->scrub_end_ns > t ? v->scrub_end_ns : t;
+static void scrub_queue(xs_vmm_t *v, size_t size, uint64_t t) {
+  uint64_t start = v->scrub_end_ns > t ? v->scrub_end_ns : t;
   v->scrub_end_ns = start + (uint64_t)(size >> 20) * v->scrub_ns_per_mib;
   /* No further ahead than one wait of the driver's: after a release of
    * many GiB (xseg_empty_cache), the creates that follow would otherwise
@@ -268,8 +267,9 @@ static void scrub_queue(xs_vmm_t *v, size_t size) {
  * unpaced probe (never a single page: the driver gives one at once). */
 static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   *probe = 0;
+  if (!v->pacing) return 0; /* no clock read while not pacing */
   uint64_t t = now(v);
-  if (!v->pacing || v->scrub_end_ns <= t) return 0;
+  if (v->scrub_end_ns <= t) return 0;
   if (size > v->gran && ++v->paced % XS_VMM_PACE_PROBE == 0) { /* a single page is not kept waiting */
     *probe = 1;
     return 0;
@@ -284,9 +284,10 @@ static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   return d;
 }
 
-/* After a create of size bytes that took dt ns, slept before it: learn. */
-static void paced(xs_vmm_t *v, size_t size, uint64_t dt, uint64_t slept, int probe) {
-  if (now(v) - v->released_ns > XS_VMM_PACE_WINDOW_NS || !device_nearly_full(v)) return;
+/* After a create of size bytes that ended at t and took dt ns, slept
+ * before it: learn. */
+static void paced(xs_vmm_t *v, size_t size, uint64_t t, uint64_t dt, uint64_t slept, int probe) {
+  if (t - v->released_ns > XS_VMM_PACE_WINDOW_NS || !device_nearly_full(v)) return;
   int waited = dt > XS_VMM_WAITED_NS + (uint64_t)(size >> 20) * XS_VMM_CREATE_NS_PER_MIB;
   if (waited) {
     v->st.num_create_waits++;
@@ -322,7 +323,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
     refused(v, size);
     return rc;
   }
-  paced(v, size, dt, slept, probe);
+  paced(v, size, t0 + dt, dt, slept, probe);
   c->size = size;
   c->created_ns = t0;
   c->fd = -1;
@@ -339,13 +340,14 @@ int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c) {
   xs_assert_internal(c->vs == NULL);
   uint64_t t0 = now(v);
   int rc = v->be->release(v->be, v->dev, c->h);
-  v->st.time_release_ns += now(v) - t0;
+  uint64_t t1 = now(v);
+  v->st.time_release_ns += t1 - t0;
   if (rc != 0)
     return xs_vmm_fail(rc, "xseg: device %d: releasing a physical handle of %zu bytes failed: %s", v->dev,
                        c->size, be_err(v));
   v->held -= c->size;
   v->st.num_device_free++;
-  scrub_queue(v, c->size);
+  scrub_queue(v, c->size, t1);
   xs_gauge_add(&v->st.handles_live, -1);
   xs_gauge_add(&v->st.held_bytes, -(int64_t)c->size);
   if (c->fd >= 0) close(c->fd);

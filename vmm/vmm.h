@@ -169,6 +169,11 @@ static inline size_t xs_vmm_device_room(const xs_vmm_t *v) {
   size_t away = v->others + v->unseen;
   return v->total > away ? v->total - away : 0;
 }
+/* The device room xseg does not hold yet. */
+static inline size_t xs_vmm_device_free(const xs_vmm_t *v) {
+  size_t dev = xs_vmm_device_room(v);
+  return dev > v->held ? dev - v->held : 0;
+}
 /* The bytes xseg could hold now: its cap, or the device room, if less. */
 static inline size_t xs_vmm_room(const xs_vmm_t *v) {
   size_t dev = xs_vmm_device_room(v);
