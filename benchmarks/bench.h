@@ -86,6 +86,19 @@ void replay_lag_end(const trace_t *t);
  * host_capacity_mb. */
 extern size_t bench_filler_mb;
 
+/* --model h100 (host backend): every xseg run keeps modelled time
+ * (xs_host_model_time with an H100's call costs, and the driver's scrub
+ * after releases, xs_host_scrub): replay times are what the same calls,
+ * waits and sleeps take on that GPU.  bench_model_on is called by
+ * bench_init; bench_clock_s is the clock replays are timed with (the
+ * backend's, so modelled time where it runs; else CLOCK_MONOTONIC). */
+extern int bench_model;
+void bench_model_on(void);
+double bench_clock_s(void);
+/* --budget MB (host backend, replay, with --filler): what the filler leaves
+ * free; 0: none. */
+extern size_t bench_budget_mb;
+
 /* Replay through xseg under configuration `conf` (xseg_init); with fill
  * bytes > 0, an allocation of that many bytes is made on device 0 through
  * the backend, outside xseg, before the replay (a filler). */

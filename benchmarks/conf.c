@@ -162,5 +162,6 @@ int bench_init(const char *conf) {
    * Printing xseg_last_error() here as well is what made every error of
    * --conf appear twice. */
   if (rc == XSEG_EBUSY) fprintf(stderr, "xseg-bench: %s\n", xseg_last_error());
+  if (rc == 0) bench_model_on();
   return rc;
 }

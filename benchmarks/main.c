@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "host_backend.h"
+#include "init.h"
 
 #ifndef XSEG_TRACE_DIR
 #define XSEG_TRACE_DIR "benchmarks/traces"
@@ -108,7 +110,12 @@ static void help(void) {
          "                       running behind\n"
          "  --filler MB          host backend, frag: the budget is what an allocation outside xseg leaves\n"
          "                       free on a device of MB MiB, as on the GPU (81559: an H100), not\n"
-         "                       host_capacity_mb\n"
+         "                       host_capacity_mb; replay: with --budget, the device's size\n"
+         "  --budget MB          replay: a filler leaves this many MiB free (GPU: of the device's free\n"
+         "                       memory; host backend: of --filler's device)\n"
+         "  --model h100         host backend: time replays as an H100 would take them: each driver\n"
+         "                       call costs what it costs there, and creates wait out the scrub of\n"
+         "                       just-released memory as its driver does (vmm/host_backend.h)\n"
          "  -h, --help           this text\n"
          "\n"
          "Configuration: every xseg run merges these, key by key, each over the ones before it:\n"
@@ -464,27 +471,55 @@ static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
 }
 
 static int cmd_replay(const opts_t *o, const trace_t *t) {
-  char *c = run_conf(o, o->gpu ? NULL : "host_capacity_mb:" ROOMY_MB, NULL);
+  /* --filler and --budget: a device of the filler's size, all but the
+   * budget held outside xseg (rounded as frag rounds it). */
+  char forced[64] = "";
+  size_t fill = 0;
+  uint64_t gpu_filler = 0;
+  if (bench_budget_mb && !o->gpu) {
+    if (!bench_filler_mb || bench_budget_mb > bench_filler_mb) {
+      fprintf(stderr, "xseg-bench: replay --budget on the host backend needs a --filler of at least the budget\n");
+      return 2;
+    }
+    fill = (bench_filler_mb - bench_budget_mb + 1) / 2 * 2;
+    snprintf(forced, sizeof forced, "host_capacity_mb:%zu", bench_filler_mb);
+  } else if (bench_budget_mb && gpu_fill(bench_budget_mb << 20, &gpu_filler) != 0) {
+    fprintf(stderr, "xseg-bench: could not leave exactly %zu MiB of the GPU free\n", bench_budget_mb);
+    return 1;
+  }
+  char *c = run_conf(o, o->gpu ? NULL : "host_capacity_mb:" ROOMY_MB, *forced ? forced : NULL);
   if (bench_init(c) != 0) {
+    gpu_unfill(gpu_filler);
     free(c);
     return 1;
   }
+  xs_backend_t *be = xs_current_backend();
+  uintptr_t filler = 0;
   void **ptr = calloc(t->nslots, sizeof *ptr);
-  if (!ptr) {
-    fprintf(stderr, "xseg-bench: out of memory\n");
+  if (!ptr || (fill && be->mem_alloc(be, 0, fill << 20, &filler) != 0)) {
+    fprintf(stderr, "xseg-bench: out of memory%s\n", ptr ? " for the filler" : "");
+    free(ptr);
     xseg_shutdown();
+    gpu_unfill(gpu_filler);
     free(c);
     return 1;
   }
   replay_lag_begin(t, c);
   free(c);
-  double t0 = now_s();
+  double t0 = bench_clock_s();
   size_t fails = replay_events(t, ptr);
-  double dt = now_s() - t0;
+  double dt = bench_clock_s() - t0;
   replay_lag_end(t);
   printf("replayed %s: %zu events in %.3f s (%.0f ns/event), %zu failed allocations, peak live %.1f MiB", t->name,
          t->nev, dt, dt * 1e9 / (double)t->nev, fails, (double)t->peak_live / (1 << 20));
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  if (fill) printf("; a filler leaves %zu of %zu MiB", bench_budget_mb, bench_filler_mb);
+  if (gpu_filler) printf("; a filler leaves %zu MiB of the GPU", bench_budget_mb);
+  if (bench_model && xs_host_is(be)) {
+    xs_host_counters_t hc;
+    xs_host_counters(be, 0, &hc);
+    printf("; modelled H100 time, %llu creates waited for a scrub", (unsigned long long)hc.scrub_waits);
+  }
   printf("\n");
   xseg_print_summary(0, stdout);
   size_t need = xseg_stats_json(0, NULL, 0);
@@ -502,7 +537,9 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
   for (size_t s = 0; s < t->nslots; s++)
     if (ptr[s]) xseg_free(ptr[s]);
   free(ptr);
+  if (filler) be->mem_free(be, 0, filler, fill << 20);
   xseg_shutdown();
+  gpu_unfill(gpu_filler);
   return fails ? 1 : 0;
 }
 
@@ -689,7 +726,7 @@ static int load_traces(const opts_t *o, int quick, char **args, int nargs, trace
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_HELP };
+enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_BUDGET, O_MODEL, O_HELP };
 
 static const struct {
   const char *name; /* long form */
@@ -697,7 +734,8 @@ static const struct {
 } options[] = {
     [O_BACKEND] = {"backend", "host|cuda"}, [O_QUICK] = {"quick", NULL}, [O_JSON] = {"json", "FILE"},
     [O_CONF] = {"conf", "K:V,..."},         [O_TRACES] = {"traces", "DIR"}, [O_ONLY] = {"only", "A,..."},
-    [O_LAG] = {"lag", "K"},                 [O_FILLER] = {"filler", "MB"}, [O_HELP] = {"help", NULL},
+    [O_LAG] = {"lag", "K"},                 [O_FILLER] = {"filler", "MB"}, [O_BUDGET] = {"budget", "MB"},
+    [O_MODEL] = {"model", "h100"},          [O_HELP] = {"help", NULL},
 };
 
 static const struct {
@@ -747,6 +785,18 @@ static int take_option(opts_t *o, cli_t *cl, int id, const char *val) {
     bench_filler_mb = (size_t)mb;
     return 0;
   }
+  case O_BUDGET: {
+    char *end;
+    long long mb = strtoll(val, &end, 10);
+    if (!*val || *end || mb < 1 || mb > 16777216)
+      return usage_error("--budget takes the MiB a filler leaves free (1..16777216), not '%s'", val);
+    bench_budget_mb = (size_t)mb;
+    return 0;
+  }
+  case O_MODEL:
+    if (strcmp(val, "h100")) return usage_error("--model takes h100 (the only GPU modelled), not '%s'", val);
+    bench_model = 1;
+    return 0;
   case O_ONLY: {
     /* A comma-separated list of allocator names. */
     const char *l = val;

@@ -76,7 +76,7 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) 
   for (int k = 0; k < npasses && rc == 0; k++) {
     pass_t before = {0}, after = {0};
     read_counters(&before);
-    double t0 = now_s();
+    double t0 = bench_clock_s();
     size_t fails = replay_events(t, ptr);
     /* A pass ends with nothing live, so the next one starts where a
      * training step or a serving wave would: the cache warm. */
@@ -85,7 +85,7 @@ int replay_passes(const trace_t *t, const char *conf, int npasses, pass_t *out) 
         xseg_free(ptr[s]);
         ptr[s] = NULL;
       }
-    double dt = now_s() - t0;
+    double dt = bench_clock_s() - t0;
     read_counters(&after);
     diff(&out[k], &before, &after);
     out[k].seconds = dt;

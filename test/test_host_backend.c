@@ -165,6 +165,64 @@ XT_TEST(hidden_and_scrubbed_memory_is_modelled) {
   b->destroy(b);
 }
 
+/* A single granule is neither scrubbed after its release nor kept waiting
+ * by a scrub (an H100 made 2 MiB handles at once after any release); and
+ * under modelled time each call moves the clock by its cost and a sleep
+ * moves it without sleeping. */
+XT_TEST(single_granules_skip_the_scrub_and_modelled_time_adds_up) {
+  xs_backend_t *b = mk(8, 1); /* 4 granules */
+  XT_REQUIRE(b);
+  xs_handle_t h[4];
+  xs_host_counters_t c;
+  xs_host_scrub(b, 1000000000u, 1000000); /* a scrub outlasts the test; 1 ms waits */
+  XT_CHECK_EQ(b->create(b, 0, 3 * G, &h[0]), 0);
+  XT_CHECK_EQ(b->create(b, 0, G, &h[1]), 0);
+  XT_CHECK_EQ(b->release(b, 0, h[1]), 0); /* a granule: back at once */
+  XT_CHECK_EQ(b->release(b, 0, h[0]), 0); /* three granules: scrubbed */
+  XT_CHECK_EQ(b->create(b, 0, G, &h[0]), 0); /* a granule: never waits */
+  XT_CHECK_EQ(b->create(b, 0, G, &h[1]), 0);
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, 0);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[2]), 0); /* needs scrubbed granules: waits */
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, 1);
+  /* Single granules released start no scrub: a large create that needs
+   * their memory right after does not wait. */
+  XT_CHECK_EQ(b->release(b, 0, h[0]), 0);
+  XT_CHECK_EQ(b->release(b, 0, h[1]), 0);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[0]), 0);
+  xs_host_counters(b, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, 1);
+  XT_CHECK_EQ(b->release(b, 0, h[0]), 0);
+  XT_CHECK_EQ(b->release(b, 0, h[2]), 0);
+  xs_host_scrub(b, 0, 0);
+
+  xs_host_costs_t k = {.create_ns = 1000, .create_ns_mib = 10, .release_ns = 2000, .map_ns = 300,
+                       .unmap_ns = 400, .access_ns = 5000, .access_ns_mib = 1, .mem_info_ns = 7};
+  xs_host_model_time(b, &k);
+  uint64_t wall0 = xs_clock_ns(), t0 = b->now_ns(b);
+  uintptr_t va;
+  int dev0[1] = {0};
+  size_t fr, tot;
+  XT_CHECK_EQ(b->reserve(b, 0, 2 * G, 0, &va), 0);           /* not modelled: free */
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[0]), 0);             /* 1000 + 10 x 4 MiB */
+  XT_CHECK_EQ(b->map(b, 0, va, 2 * G, h[0]), 0);             /* 300 */
+  XT_CHECK_EQ(b->set_access(b, 0, va, 2 * G, dev0, 1), 0);   /* 5000 + 4 */
+  XT_CHECK_EQ(b->mem_info(b, 0, &fr, &tot), 0);              /* 7 */
+  XT_CHECK_EQ(b->unmap(b, 0, va, 2 * G), 0);                 /* 400 */
+  XT_CHECK_EQ(b->release(b, 0, h[0]), 0);                    /* 2000 */
+  b->sleep_ns(b, 2000000000u);                               /* 2 s, not slept */
+  uint64_t modelled = 1040 + 300 + 5004 + 7 + 400 + 2000 + 2000000000u;
+  uint64_t wall = xs_clock_ns() - wall0, t = b->now_ns(b) - t0;
+  XT_CHECK_MSG(wall < 1000000000u, "a modelled sleep slept (%.3f s)", wall / 1e9);
+  XT_CHECK_MSG(t >= modelled && t - modelled <= wall, "the clock moved %llu ns for %llu modelled in %llu ns",
+               (unsigned long long)t, (unsigned long long)modelled, (unsigned long long)wall);
+  XT_CHECK_EQ(b->unreserve(b, 0, va, 2 * G), 0);
+  xs_host_model_time(b, NULL);
+  check_clean(b);
+  b->destroy(b);
+}
+
 XT_TEST(capacity_exhaustion_is_enomem) {
   xs_backend_t *b = mk(8, 1); /* 4 granules */
   XT_REQUIRE(b);
@@ -380,6 +438,7 @@ int main(void) {
   XT_RUN(unmapped_and_inaccessible_pages_fault);
   XT_RUN(capacity_exhaustion_is_enomem);
   XT_RUN(hidden_and_scrubbed_memory_is_modelled);
+  XT_RUN(single_granules_skip_the_scrub_and_modelled_time_adds_up);
   XT_RUN(driver_rules_are_enforced);
   XT_RUN(each_injected_fault_errors_and_leaks_nothing);
   XT_RUN(events_follow_the_stream_controls);

@@ -122,8 +122,10 @@ struct xs_backend_s {
   int (*event_query)(xs_backend_t *b, int dev, xs_event_t ev); /* 0 done, XSEG_ENOTREADY */
   int (*event_sync)(xs_backend_t *b, int dev, xs_event_t ev);
 
-  /* Monotonic clock in nanoseconds. */
+  /* Monotonic clock in nanoseconds, and a sleep on it (the host backend's
+   * modelled time advances its clock instead of sleeping). */
   uint64_t (*now_ns)(xs_backend_t *b);
+  void (*sleep_ns)(xs_backend_t *b, uint64_t ns);
 
   /* The backend's own text for the calling thread's last failed call. */
   const char *(*error_string)(xs_backend_t *b);
@@ -144,5 +146,6 @@ int xs_host_backend_create(const xs_host_params_t *params, xs_backend_t **out);
 int xs_cuda_backend_create(xs_backend_t **out);
 
 uint64_t xs_clock_ns(void); /* CLOCK_MONOTONIC */
+void xs_sleep_ns(uint64_t ns); /* nanosleep, resumed after signals */
 
 #endif /* XSEG_VMM_BACKEND_H */

@@ -647,6 +647,11 @@ static uint64_t cuda_now(xs_backend_t *b) {
   return xs_clock_ns();
 }
 
+static void cuda_sleep(xs_backend_t *b, uint64_t ns) {
+  (void)b;
+  xs_sleep_ns(ns);
+}
+
 static const char *cuda_error_string(xs_backend_t *b) {
   (void)b; /* messages are per thread, not per backend */
   return cu_err;
@@ -699,6 +704,7 @@ int xs_cuda_backend_create(xs_backend_t **out) {
   be->export_handle = cuda_export;
   be->import_handle = cuda_import;
   be->now_ns = cuda_now;
+  be->sleep_ns = cuda_sleep;
   be->error_string = cuda_error_string;
   be->destroy = cuda_destroy;
   *out = be;

@@ -117,6 +117,9 @@ typedef struct host_s {
   hfault_t fault[XS_CALL__COUNT];
   uint64_t scrub_ns_per_mib, scrub_wait_ns; /* xs_host_scrub */
   size_t hidden_chunks;                     /* xs_host_hide */
+  int timed;                                /* xs_host_model_time: calls cost modelled time */
+  xs_host_costs_t costs;
+  uint64_t skew;                            /* modelled time so far: the clock runs this far ahead */
 } host_t;
 
 static _Thread_local char host_err[256];
@@ -131,6 +134,15 @@ static int fail(int code, const char *fmt, ...) {
 }
 
 static host_t *H(xs_backend_t *b) { return (host_t *)b; }
+
+/* The backend's clock: the host's, plus the modelled time of the calls
+ * and sleeps so far (xs_host_model_time). */
+static uint64_t hclock(const host_t *h) { return xs_clock_ns() + h->skew; }
+
+/* A call's modelled cost: base ns, and per_mib ns per MiB of `size`. */
+static void charge(host_t *h, uint64_t base, uint64_t per_mib, size_t size) {
+  if (h->timed) h->skew += base + per_mib * (uint64_t)(size >> 20);
+}
 
 static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return p;
@@ -263,8 +275,8 @@ static void handle_destroy(host_t *h, uint32_t id) {
   }
   d->used_chunks -= hh->nchunks;
   d->c.handle_bytes -= hh->size;
-  if (h->scrub_ns_per_mib) {
-    uint64_t t = xs_clock_ns();
+  if (h->scrub_ns_per_mib && hh->nchunks > 1) { /* a single granule is given back at once */
+    uint64_t t = hclock(h);
     if (d->scrub_end <= t) d->scrubbing = 0;
     d->scrub_end = (d->scrub_end > t ? d->scrub_end : t) + (hh->size >> 20) * h->scrub_ns_per_mib;
     d->scrubbing += hh->nchunks;
@@ -281,17 +293,25 @@ static int op_create(host_t *h, int dev, size_t size, xs_handle_t *out) {
     return fail(XSEG_EBACKEND, "host: create: size %zu is not a multiple of the granularity %zu", size,
                 h->gran);
   size_t n = size / h->gran;
-  if (d->scrubbing && d->scrub_end <= xs_clock_ns()) d->scrubbing = 0;
-  if (d->scrubbing && n <= d->nchunks - d->used_chunks && n > d->nchunks - d->used_chunks - d->scrubbing) {
-    struct timespec ts = {(time_t)(h->scrub_wait_ns / 1000000000u), (long)(h->scrub_wait_ns % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  if (d->scrubbing && d->scrub_end <= hclock(h)) d->scrubbing = 0;
+  size_t free_chunks = d->nchunks - d->used_chunks;
+  if (d->scrubbing && n <= free_chunks && n > free_chunks - d->scrubbing) {
+    if (n == 1) { /* a single granule is given at once, scrubbed or not */
+      d->scrubbing--;
+    } else {
+      if (h->timed)
+        h->skew += h->scrub_wait_ns;
+      else
+        xs_sleep_ns(h->scrub_wait_ns);
+      d->scrubbing = 0; /* the driver waited for the scrub */
+      d->c.scrub_waits++;
     }
-    d->scrubbing = 0; /* the driver waited for the scrub */
-    d->c.scrub_waits++;
   }
-  if (n + h->hidden_chunks > d->nchunks - d->used_chunks)
+  if (n + h->hidden_chunks > d->nchunks - d->used_chunks) {
+    charge(h, h->costs.refused_ns, 0, 0);
     return fail(XSEG_ENOMEM, "host: create: out of memory on device %d: %zu bytes asked, %zu free of %zu",
                 dev, size, (d->nchunks - d->used_chunks) * h->gran, d->capacity);
+  }
   /* Grow both id tables first, so that nothing below can fail half-way and
    * handle_destroy always has room to recycle an id. */
   hhandle_t **nh = grow(h->handles, &h->caphandles, h->nhandles + 1, sizeof *h->handles);
@@ -331,6 +351,7 @@ static int op_create(host_t *h, int dev, size_t size, xs_handle_t *out) {
   h->handles[id - 1] = hh;
   d->c.handles_live++;
   d->c.handle_bytes += size;
+  charge(h, h->costs.create_ns, h->costs.create_ns_mib, size);
   *out = id;
   return 0;
 }
@@ -342,6 +363,7 @@ static int op_release(host_t *h, int dev, xs_handle_t id) {
                 (unsigned long long)id, dev);
   hh->released = 1;
   h->devs[dev].c.handles_live--;
+  charge(h, h->costs.release_ns, h->costs.release_ns_mib, hh->size);
   if (hh->mappings == 0) handle_destroy(h, (uint32_t)id);
   return 0;
 }
@@ -385,6 +407,7 @@ static int op_map(host_t *h, int dev, uintptr_t addr, size_t size, xs_handle_t i
   hh->mappings++;
   d->c.mapped_bytes += size;
   d->c.mappings_live++;
+  charge(h, h->costs.map_ns, 0, 0);
   return 0;
 }
 
@@ -416,6 +439,7 @@ static int op_unmap(host_t *h, int dev, uintptr_t addr, size_t size) {
     *g = (hgran_t){0, 0, 0};
   }
   d->c.mapped_bytes -= size;
+  charge(h, h->costs.unmap_ns, h->costs.unmap_ns_mib, size);
   return 0;
 }
 
@@ -438,6 +462,7 @@ static int op_set_access(host_t *h, int dev, uintptr_t addr, size_t size, const 
   if (mprotect((void *)addr, size, PROT_READ | PROT_WRITE) != 0)
     return fail(XSEG_EBACKEND, "host: set_access: mprotect failed: %s", strerror(errno));
   for (size_t i = 0; i < n; i++) r->gran[g0 + i].access = 1;
+  charge(h, h->costs.access_ns, h->costs.access_ns_mib, size);
   return 0;
 }
 
@@ -537,6 +562,7 @@ static int op_mem_info(host_t *h, int dev, size_t *free_bytes, size_t *total_byt
   hdev_t *d = &h->devs[dev];
   *free_bytes = (d->nchunks - d->used_chunks) * h->gran;
   *total_bytes = d->capacity;
+  charge(h, h->costs.mem_info_ns, 0, 0);
   return 0;
 }
 static int host_mem_info(xs_backend_t *b, int dev, size_t *free_bytes, size_t *total_bytes) {
@@ -650,9 +676,28 @@ uint64_t xs_clock_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void xs_sleep_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 static uint64_t host_now(xs_backend_t *b) {
-  (void)b;
-  return xs_clock_ns();
+  host_t *h = H(b);
+  pthread_mutex_lock(&h->mu);
+  uint64_t t = hclock(h);
+  pthread_mutex_unlock(&h->mu);
+  return t;
+}
+
+/* Under modelled time a sleep costs nothing but the clock moves on. */
+static void host_sleep(xs_backend_t *b, uint64_t ns) {
+  host_t *h = H(b);
+  pthread_mutex_lock(&h->mu);
+  int timed = h->timed;
+  if (timed) h->skew += ns;
+  pthread_mutex_unlock(&h->mu);
+  if (!timed) xs_sleep_ns(ns);
 }
 
 static const char *host_error_string(xs_backend_t *b) {
@@ -747,6 +792,7 @@ int xs_host_backend_create(const xs_host_params_t *p, xs_backend_t **out) {
   be->export_handle = host_export;
   be->import_handle = host_import;
   be->now_ns = host_now;
+  be->sleep_ns = host_sleep;
   be->error_string = host_error_string;
   be->destroy = host_destroy;
   *out = be;
@@ -796,6 +842,24 @@ void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns) {
   h->scrub_ns_per_mib = ns_per_mib;
   h->scrub_wait_ns = wait_ns;
   for (int d = 0; d < h->ndev; d++) h->devs[d].scrubbing = 0;
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* An H100 80GB HBM3, driver 580.159.04 (docs/design.md, "Handle sizing";
+ * benchmarks/results/gpu-h100-driver-probe.txt, -release.txt): create
+ * 12-23 us for 2-32 MiB and 21-53 us for 512 MiB, map 1-2 us, set access
+ * 30-39 and 58-72 us, unmap 19-25 and 28-38 us, release 15-51 and 336-530
+ * us; a refused create 50-100 us; cuMemGetInfo 5-6.5 us. */
+const xs_host_costs_t xs_host_h100_costs = {
+    .create_ns = 16000, .create_ns_mib = 50, .release_ns = 20000, .release_ns_mib = 800,
+    .map_ns = 1500,     .unmap_ns = 21000,   .unmap_ns_mib = 20,   .access_ns = 33000,
+    .access_ns_mib = 60, .refused_ns = 60000, .mem_info_ns = 6000};
+
+void xs_host_model_time(xs_backend_t *b, const xs_host_costs_t *costs) {
+  host_t *h = H(b);
+  pthread_mutex_lock(&h->mu);
+  h->timed = costs != NULL;
+  if (costs) h->costs = *costs;
   pthread_mutex_unlock(&h->mu);
 }
 

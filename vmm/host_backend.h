@@ -51,12 +51,35 @@ void xs_host_fail(xs_backend_t *b, xs_call_t kind, uint64_t n, int code, int sti
 void xs_host_fail_clear(xs_backend_t *b);
 
 /* Model the driver's scrub of released memory (off until called): the
- * chunks of a released handle come back ns_per_mib per MiB after the
- * release, one release after another, and a create that needs chunks
- * still being scrubbed sleeps wait_ns (the driver waits about 7 ms on an
- * H100 although a 64 MiB scrub takes under 0.1 ms) and is counted in
- * scrub_waits.  0, 0 turns it off. */
+ * chunks of a released handle of more than one granule come back
+ * ns_per_mib per MiB after the release, one release after another, and a
+ * create of more than one granule that needs chunks still being scrubbed
+ * sleeps wait_ns (the driver waits about 7 ms on an H100 although a 64 MiB
+ * scrub takes under 0.1 ms) and is counted in scrub_waits.  Single
+ * granules are neither scrubbed nor kept waiting: on an H100 a 2 MiB
+ * handle made right after any release, and a large one made of released
+ * 2 MiB handles, did not wait (gpu-h100-driver-probe-release.txt).
+ * 0, 0 turns it off. */
 void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns);
+
+/* Modelled time: every call advances the backend's clock (now_ns) by
+ * what it costs on a GPU (a base, and some per MiB of the handle or range),
+ * and a sleep (sleep_ns, the scrub's wait) advances it instead of
+ * sleeping, so that a replay's time on the backend's clock is what the
+ * same calls, waits and sleeps take on that GPU; the host's own time runs
+ * beside it.  Off until called; NULL turns it off (the time modelled so
+ * far stays on the clock). */
+typedef struct xs_host_costs_s {
+  uint64_t create_ns, create_ns_mib;
+  uint64_t release_ns, release_ns_mib;
+  uint64_t map_ns;
+  uint64_t unmap_ns, unmap_ns_mib;
+  uint64_t access_ns, access_ns_mib;
+  uint64_t refused_ns;  /* a create refused for want of memory */
+  uint64_t mem_info_ns;
+} xs_host_costs_t;
+extern const xs_host_costs_t xs_host_h100_costs;
+void xs_host_model_time(xs_backend_t *b, const xs_host_costs_t *costs);
 
 /* Keep `bytes` of each device's free memory from creates while its free
  * figure (mem_info) still shows them, as the CUDA driver keeps a little

@@ -8,12 +8,10 @@
  * and the backend's own error text (xs_vmm_error).  It also keeps the pool
  * of idle events.  Callers hold the device lock.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "vmm.h"
@@ -276,9 +274,7 @@ static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   }
   uint64_t d = v->scrub_end_ns - t;
   if (d > XS_VMM_PACE_MAX_NS) d = XS_VMM_PACE_MAX_NS;
-  struct timespec ts = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  v->be->sleep_ns(v->be, d);
   d = now(v) - t;
   v->st.time_paced_ns += d;
   return d;
