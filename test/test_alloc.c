@@ -494,6 +494,56 @@ XT_TEST(large_rests_of_a_conversion_go_back_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Under modelled time (an H100's call costs; a scrub of 16 us per MiB and
+ * a 3 ms wait), once pacing is on: (1) a small growth right after a large
+ * release is made of single pages, which the driver gives at once, rather
+ * than slept for (n pages cost less than what is left of the scrub); (2)
+ * where creates keep needing scrubbed memory, the unpaced probes that ask
+ * whether pacing is still needed come less and less often (each that
+ * waited costs the driver's whole wait): 256 rounds wait at most a dozen
+ * times, where a probe every 16th paced create waited 16 times. */
+XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
+  xs_backend_t *be = t_backend();
+  xs_host_model_time(be, &xs_host_h100_costs);
+  xs_host_scrub(be, 16000, 3000000);
+  char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free */
+  XT_REQUIRE(fill);
+  for (int i = 0; i < 256; i++) {
+    char *a = xseg_malloc(40 * MiB, 0, NULL); /* needs what the last round gave back */
+    XT_REQUIRE(a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+  xs_host_counters_t c;
+  xs_host_counters(be, 0, &c);
+  XT_CHECK_MSG(c.scrub_waits >= 1, "no create waited: the model did not run");
+  XT_CHECK_MSG(c.scrub_waits <= 12, "%llu of 256 creates after releases waited", (unsigned long long)c.scrub_waits);
+  XT_CHECK_EQ((uint64_t)t_stat(0, "num_create_waits"), c.scrub_waits);
+  /* The last round released 40 MiB: a 4 MiB growth now is two pages. */
+  char *a = xseg_malloc(40 * MiB, 0, NULL);
+  XT_REQUIRE(a);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  long long made = t_stat(0, "num_device_alloc"), paced = t_stat(0, "time_paced_ns");
+  xs_host_counters(be, 0, &c);
+  uint64_t waits = c.scrub_waits;
+  char *b = xseg_malloc(4 * MiB, 0, NULL);
+  XT_REQUIRE(b);
+  t_fill(b, 4 * MiB, 7);
+  XT_CHECK(t_verify(b, 4 * MiB, 7));
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc") - made, 2); /* two pages, not one handle of two */
+  XT_CHECK_EQ(t_stat(0, "time_paced_ns"), paced);       /* not slept for */
+  xs_host_counters(be, 0, &c);
+  XT_CHECK_EQ(c.scrub_waits, waits);                    /* nor waited for */
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  xs_host_scrub(be, 0, 0);
+  xs_host_model_time(be, NULL);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Where the driver makes a create wait for memory that a release just gave
  * back (modelled by xs_host_scrub: 16 us per MiB, a 3 ms wait), xseg, on a
  * nearly full device, learns it from the first creates that wait and then
@@ -944,6 +994,7 @@ int main(void) {
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
   XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
+  XT_RUN(pacing_makes_pages_where_they_cost_less_and_probes_back_off);
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);

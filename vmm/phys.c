@@ -80,6 +80,7 @@ int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t 
   snprintf(v->name, sizeof v->name, "%s", info.name);
   v->limit = cap_of(v, fraction, max_bytes);
   v->scrub_ns_per_mib = XS_VMM_SCRUB_NS_PER_MIB;
+  v->probe_every = XS_VMM_PACE_PROBE;
   xs_vmm_look(v);
   if (peer_access) {
     int n = 0;
@@ -251,6 +252,7 @@ static int device_nearly_full(const xs_vmm_t *v) {
 /* A release of size bytes ended at t: the driver scrubs them after what
  * it was scrubbing already. */
 static void scrub_queue(xs_vmm_t *v, size_t size, uint64_t t) {
+  if (size <= v->gran) return; /* a single page is given back at once */
   uint64_t start = v->scrub_end_ns > t ? v->scrub_end_ns : t;
   v->scrub_end_ns = start + (uint64_t)(size >> 20) * v->scrub_ns_per_mib;
   /* No further ahead than one wait of the driver's: after a release of
@@ -261,14 +263,15 @@ static void scrub_queue(xs_vmm_t *v, size_t size, uint64_t t) {
 }
 
 /* Before a create of size bytes: sleep out the scrub where creates have
- * been waiting for it.  Returns the nanoseconds slept; *probe set for the
- * unpaced probe (never a single page: the driver gives one at once). */
+ * been waiting for it (never for a single page: the driver gives one at
+ * once).  Returns the nanoseconds slept; *probe set for the unpaced probe. */
 static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   *probe = 0;
-  if (!v->pacing) return 0; /* no clock read while not pacing */
+  if (!v->pacing || size <= v->gran) return 0; /* no clock read while not pacing; a page is given at once */
   uint64_t t = now(v);
   if (v->scrub_end_ns <= t) return 0;
-  if (size > v->gran && ++v->paced % XS_VMM_PACE_PROBE == 0) { /* a single page is not kept waiting */
+  if (++v->paced >= v->probe_every) {
+    v->paced = 0;
     *probe = 1;
     return 0;
   }
@@ -280,6 +283,12 @@ static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   return d;
 }
 
+uint64_t xs_vmm_scrub_left(xs_vmm_t *v) {
+  if (!v->pacing) return 0;
+  uint64_t t = now(v);
+  return v->scrub_end_ns > t ? v->scrub_end_ns - t : 0;
+}
+
 /* After a create of size bytes that ended at t and took dt ns, slept
  * before it: learn. */
 static void paced(xs_vmm_t *v, size_t size, uint64_t t, uint64_t dt, uint64_t slept, int probe) {
@@ -287,6 +296,8 @@ static void paced(xs_vmm_t *v, size_t size, uint64_t t, uint64_t dt, uint64_t sl
   int waited = dt > XS_VMM_WAITED_NS + (uint64_t)(size >> 20) * XS_VMM_CREATE_NS_PER_MIB;
   if (waited) {
     v->st.num_create_waits++;
+    if (!v->pacing) v->probe_every = XS_VMM_PACE_PROBE;
+    else if (probe && v->probe_every < XS_VMM_PACE_PROBE_MAX) v->probe_every *= 2; /* still needed: ask less often */
     v->pacing = 1;
     if (slept) v->scrub_ns_per_mib += v->scrub_ns_per_mib / 2;
   } else if (slept) {

@@ -247,6 +247,7 @@ static int chunk_for(xs_vmm_t *v, size_t lim, size_t new_max, xs_chunk_t **out) 
   if ((*out = cache_take(v, lim)) != NULL) return 0;
   size_t headroom = xs_vmm_headroom(v) / page * page;
   if (sz > headroom && headroom >= page) sz = headroom;
+  if (sz > page && sz / page * XS_VMM_PAGE_NS < xs_vmm_scrub_left(v)) sz = page; /* pages are not kept waiting */
   /* Release what cannot fit before asking the driver: at the limit the
    * cache holds the memory we would be refused. */
   int rc = xs_vmm_create(v, sz, out);

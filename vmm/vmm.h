@@ -123,7 +123,8 @@ typedef struct xs_vmm_s {
   uint64_t scrub_ns_per_mib;     /* its pace, learned (XS_VMM_SCRUB_NS_PER_MIB at first) */
   uint64_t released_ns;          /* when the last release ended */
   int pacing;                    /* creates after releases were seen waiting: sleep out the scrub first */
-  unsigned paced;                /* paced creates, for the unpaced probe every XS_VMM_PACE_PROBE */
+  unsigned paced;                /* paced creates since the last unpaced probe */
+  unsigned probe_every;          /* paced creates between probes (XS_VMM_PACE_PROBE .. _MAX) */
   char name[96];                 /* the device's name */
   int peers[XS_VMM_MAX_PEERS];   /* devices given access besides dev */
   int npeers;
@@ -196,15 +197,26 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
  * before each create (the estimate's end at most XS_VMM_PACE_MAX_NS after
  * the last release).  The estimate, in ns per MiB released, grows by half
  * after a paced create that still waited and shrinks by 1/256 after one
- * that did not; every XS_VMM_PACE_PROBE-th paced create larger than a page
- * goes unpaced, and pacing stops when that one does not wait. */
+ * that did not; every XS_VMM_PACE_PROBE-th paced create goes unpaced, and
+ * pacing stops when that one does not wait; each probe that still waited
+ * doubles the interval (up to XS_VMM_PACE_PROBE_MAX), since it cost the
+ * driver's whole wait.  Single pages are neither paced nor counted in the
+ * scrub: the driver gives a 2 MiB handle at once after any release, and
+ * releasing 2 MiB handles did not make a large create wait. */
 #define XS_VMM_SCRUB_NS_PER_MIB 4000
 #define XS_VMM_WAITED_NS 1500000
 #define XS_VMM_CREATE_NS_PER_MIB 3000 /* a large create is slow by itself: about 3 us per MiB */
 #define XS_VMM_PACE_MAX_NS 5000000
 #define XS_VMM_PACE_PROBE 16
+#define XS_VMM_PACE_PROBE_MAX 256
 #define XS_VMM_PACE_ROOM_DIV 2
 #define XS_VMM_PACE_WINDOW_NS 20000000 /* a create this soon after a release may need its memory */
+/* While pacing, what is left of the scrub a create larger than a page
+ * would sleep out (0: none).  A single page is given at once, so a gap of
+ * n pages costs less as pages while n x XS_VMM_PAGE_NS (a page's create,
+ * map and set access at the limit, about 58 us on an H100) is less. */
+uint64_t xs_vmm_scrub_left(xs_vmm_t *v);
+#define XS_VMM_PAGE_NS 60000
 
 /* Forget the memory the driver refused though its free figure showed it
  * (xs_vmm_t.unseen): 1 if there was any, so that the caller asks again.
