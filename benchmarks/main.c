@@ -476,13 +476,10 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
   char forced[64] = "";
   size_t fill = 0;
   uint64_t gpu_filler = 0;
-  if (bench_budget_mb && !o->gpu) {
-    if (!bench_filler_mb || bench_budget_mb > bench_filler_mb) {
-      fprintf(stderr, "xseg-bench: replay --budget on the host backend needs a --filler of at least the budget\n");
-      return 2;
-    }
+  if (bench_budget_mb && !o->gpu) { /* run() checked --filler */
     fill = (bench_filler_mb - bench_budget_mb + 1) / 2 * 2;
     snprintf(forced, sizeof forced, "host_capacity_mb:%zu", bench_filler_mb);
+    note_forced(o, "host_capacity_mb");
   } else if (bench_budget_mb && gpu_fill(bench_budget_mb << 20, &gpu_filler) != 0) {
     fprintf(stderr, "xseg-bench: could not leave exactly %zu MiB of the GPU free\n", bench_budget_mb);
     return 1;
@@ -916,6 +913,12 @@ static int run(opts_t *o, cli_t *cl) {
 
   int rc = build_conf(o, cl);
   if (rc) return rc;
+  if (bench_budget_mb && strcmp(cmd, "replay"))
+    return usage_error("--budget is for replay (frag bisects the budget itself), not %s", cmd);
+  if (bench_budget_mb && !o->gpu && bench_filler_mb < bench_budget_mb)
+    return usage_error("replay --budget %zu on the host backend needs a --filler device of at least that many MiB",
+                       bench_budget_mb);
+  if (bench_model && o->gpu) return usage_error("--model times the host backend as a GPU; on the GPU, leave it out");
 
   int all = !strcmp(cmd, "all"), micro = all || !strcmp(cmd, "micro");
   int frag = all || !strcmp(cmd, "frag"), one = !strcmp(cmd, "replay") || !strcmp(cmd, "timeline");

@@ -111,6 +111,10 @@ def main():
     usage_error(["--lag", "x"], "'x'")
     usage_error(["--filler", "0", "frag"], "'0'")
     usage_error(["--only", "jemalloc", "frag"], "'jemalloc'")
+    usage_error(["--budget", "0", "replay", "x"], "'0'")
+    usage_error(["--backend", "host", "--budget", "64", "frag"], "--budget is for replay")
+    usage_error(["--backend", "host", "--budget", "64", "replay", "x"], "--filler device of at least")
+    usage_error(["--model", "a100", "latency"], "'a100'")
     usage_error(["latency", "extra"], "'extra'")
     usage_error(["replay"], "replay needs a TRACE")
 
@@ -205,6 +209,19 @@ def main():
         rows = [l.split() for l in out[1].splitlines() if l.split()[:1] == ["tiny"]]
         check(out[0] == 0 and "a device of 64 MiB, the rest held by a filler" in out[1], "frag --filler says so", out)
         check(rows and float(rows[0][3]) >= 1.0, "frag --filler: a min-budget figure for tiny", out)
+
+        # replay --budget with --filler: a filler leaves that much free; with
+        # --model h100 the replay is timed as an H100 would take it (its
+        # driver calls cost their H100 figures, so slower than the host).
+        def budget_replay(*extra):
+            out = run("--backend", "host", "--traces", d, "--filler", "64", "--budget", "24", *extra, "replay", "tiny")
+            m = re.search(r"\((\d+) ns/event\)", out[1])
+            return out, m and int(m.group(1))
+        (b0, t0), (b1, t1) = budget_replay(), budget_replay("--model", "h100")
+        check(b0[0] == 0 and "a filler leaves 24 of 64 MiB" in b0[1] and "modelled" not in b0[1],
+              "replay --filler --budget says so", b0)
+        check(b1[0] == 0 and "modelled H100 time" in b1[1], "replay --model h100 says so", b1)
+        check(t0 is not None and t1 is not None and t1 > t0, "modelled time exceeds the host's (%s, %s)" % (t0, t1), b1)
 
         # The JSON records the configuration too.
         j = os.path.join(d, "out.json")
