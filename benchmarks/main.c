@@ -753,6 +753,13 @@ typedef struct cli_s {
   int help;
 } cli_t;
 
+/* A size in MiB, 1..16777216 (16 TiB); 0 if val is not one. */
+static size_t mib_arg(const char *val) {
+  char *end;
+  long long mb = strtoll(val, &end, 10);
+  return !*val || *end || mb < 1 || mb > 16777216 ? 0 : (size_t)mb;
+}
+
 /* One option and its value; 0, or 2 after saying what is wrong. */
 static int take_option(opts_t *o, cli_t *cl, int id, const char *val) {
   switch (id) {
@@ -774,22 +781,14 @@ static int take_option(opts_t *o, cli_t *cl, int id, const char *val) {
     bench_lag = (int)k;
     return 0;
   }
-  case O_FILLER: {
-    char *end;
-    long long mb = strtoll(val, &end, 10);
-    if (!*val || *end || mb < 1 || mb > 16777216)
+  case O_FILLER:
+    if (!(bench_filler_mb = mib_arg(val)))
       return usage_error("--filler takes a device size in MiB (1..16777216), not '%s'", val);
-    bench_filler_mb = (size_t)mb;
     return 0;
-  }
-  case O_BUDGET: {
-    char *end;
-    long long mb = strtoll(val, &end, 10);
-    if (!*val || *end || mb < 1 || mb > 16777216)
+  case O_BUDGET:
+    if (!(bench_budget_mb = mib_arg(val)))
       return usage_error("--budget takes the MiB a filler leaves free (1..16777216), not '%s'", val);
-    bench_budget_mb = (size_t)mb;
     return 0;
-  }
   case O_MODEL:
     if (strcmp(val, "h100")) return usage_error("--model takes h100 (the only GPU modelled), not '%s'", val);
     bench_model = 1;
