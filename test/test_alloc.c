@@ -502,7 +502,8 @@ XT_TEST(large_rests_of_a_conversion_go_back_under_pressure) {
  * whether pacing is still needed come less and less often (each that
  * waited costs the driver's whole wait): 256 rounds wait 11 times here
  * (learning the scrub's pace, then the probes), at most 16 allowed, where
- * a probe at every 16th paced create waited 22 times. */
+ * a probe at every 16th paced create waited 22 times; (3) with half the
+ * device free again, nothing is paced. */
 XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
   xs_backend_t *be = t_backend();
@@ -538,7 +539,19 @@ XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   xs_host_counters(be, 0, &c);
   XT_CHECK_EQ(c.scrub_waits, waits);                    /* nor waited for */
   XT_CHECK_EQ(xseg_free(b), 0);
+  /* (3) With half the device free again, pacing sleeps no more, though
+   * it is still on and a scrub is still running: the driver has memory
+   * beside it (a probe would take up to 256 paced creates to tell). */
   XT_CHECK_EQ(xseg_free(fill), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  paced = t_stat(0, "time_paced_ns");
+  for (int i = 0; i < 4; i++) {
+    a = xseg_malloc(40 * MiB, 0, NULL);
+    XT_REQUIRE(a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+  XT_CHECK_EQ(t_stat(0, "time_paced_ns"), paced);
   xs_host_scrub(be, 0, 0);
   xs_host_model_time(be, NULL);
   T_CHECK_HEAP();

@@ -267,7 +267,9 @@ static void scrub_queue(xs_vmm_t *v, size_t size, uint64_t t) {
  * once).  Returns the nanoseconds slept; *probe set for the unpaced probe. */
 static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   *probe = 0;
-  if (!v->pacing || size <= v->gran) return 0; /* no clock read while not pacing; a page is given at once */
+  /* No clock read while not pacing; a page is given at once; and with
+   * half the device free the driver has memory beside the scrub. */
+  if (!v->pacing || size <= v->gran || !device_nearly_full(v)) return 0;
   uint64_t t = now(v);
   if (v->scrub_end_ns <= t) return 0;
   if (++v->paced >= v->probe_every) {
@@ -284,7 +286,7 @@ static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
 }
 
 uint64_t xs_vmm_scrub_left(xs_vmm_t *v) {
-  if (!v->pacing) return 0;
+  if (!v->pacing || !device_nearly_full(v)) return 0;
   uint64_t t = now(v);
   return v->scrub_end_ns > t ? v->scrub_end_ns - t : 0;
 }

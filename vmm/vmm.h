@@ -200,7 +200,9 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
  * that did not; every XS_VMM_PACE_PROBE-th paced create goes unpaced, and
  * pacing stops when that one does not wait; each probe that still waited
  * doubles the interval (up to XS_VMM_PACE_PROBE_MAX), since it cost the
- * driver's whole wait.  Single pages are neither paced nor counted in the
+ * driver's whole wait.  Nothing is paced while the device is not nearly
+ * full (memory others let go ends the sleeps at the next look, not the
+ * next probe).  Single pages are neither paced nor counted in the
  * scrub: the driver gives a 2 MiB handle at once after any release, and
  * releasing 2 MiB handles did not make a large create wait. */
 #define XS_VMM_SCRUB_NS_PER_MIB 4000
