@@ -151,9 +151,23 @@ int trace_load(const char *path, trace_t *t) {
   int rc = 0;
   while (rc == 0 && fgets(line, sizeof line, f)) {
     lineno++;
+    /* A line longer than the buffer: the rest of it is read away here.
+     * Comments may be that long (a recorded trace's header says how it
+     * was made); an event never is. */
+    int whole = strchr(line, '\n') != NULL || feof(f);
+    if (!whole) {
+      int c;
+      while ((c = fgetc(f)) != EOF && c != '\n') {
+      }
+    }
     char *p = line;
     while (*p == ' ' || *p == '\t') p++;
     if (*p == '#' || *p == '\n' || *p == 0) continue;
+    if (!whole) {
+      fprintf(stderr, "xseg-bench: %s:%zu: line too long for an event\n", path, lineno);
+      rc = -1;
+      break;
+    }
     ev_t e;
     unsigned long long id = 0;
     if (parse_line(p, &e, &id) != 0) {

@@ -142,6 +142,12 @@ def main():
             f.write("a 1 3145728\na 2 1048576\nf 1\na 3 2097152\nf 2\nf 3\n")
         with open(os.path.join(d, "bad.trace"), "w") as f:
             f.write("a 1 100\nf 2\n")
+        # A header comment longer than any event line (recorded traces say
+        # how they were made) is read past; an over-long event line is an error.
+        with open(os.path.join(d, "longhead.trace"), "w") as f:
+            f.write("# param run: " + "x" * 700 + "\na 1 3145728\nf 1\n")
+        with open(os.path.join(d, "longev.trace"), "w") as f:
+            f.write("a 1 3145728" + " " * 700 + "\nf 1\n")
 
         # Trace names as the tables print them, looked up in --traces, and paths.
         for name in ("tiny", trace):
@@ -155,6 +161,9 @@ def main():
         check(out[0] == 0 and "torch_gpt2_infer" in out[1], "a shipped trace by name", out)
         # A malformed trace is an input error too, found before the header.
         rc, so, se = usage_error(["--traces", d, "frag", "tiny", "bad"], "bad.trace:2")
+        out = run("--traces", d, "replay", "longhead")
+        check(out[0] == 0 and "replayed longhead: 2 events" in out[1], "a long comment line is read past", out)
+        rc, so, se = usage_error(["--traces", d, "replay", "longev"], "longev.trace:1: line too long")
 
         # The configuration: XSEG_ALLOC_CONF merged with --conf, --conf winning
         # a key both set, lists kept whole, the result on the line below the header.
