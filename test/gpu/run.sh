@@ -44,7 +44,8 @@
 #          allocator (REPLAY_ALLOCATORS picks; FRAG_TRACES limits the traces;
 #          REPLAY_BUDGET=filler sets the budget by a raw allocation instead of a cap)
 #   record PyTorch allocation traces (xseg's trace_file) of torch_train.py:
-#          RECORD lists name:mode:steps[:layers:width:heads:vocab] entries,
+#          RECORD lists name:mode:steps[:layers:width:heads:vocab[:arch[:batches[:lengths]]]]
+#          entries (batches and lengths comma-separated, "-" for the default),
 #          each written to $OUT/NAME.trace.gz for the host replay benchmark
 #   quick  smaller benchmark runs
 # With no argument: tests and bench.  FRAG_TRACES (names, space-separated)
@@ -388,9 +389,12 @@ if want record; then
   install_python || rc=1
   export PYTHONUNBUFFERED=1
   for spec in ${RECORD:-torch_gpt2_train:train:40 torch_gpt2_infer:infer:8}; do
-    IFS=: read -r name mode steps layers width heads vocab <<<"$spec"
+    IFS=: read -r name mode steps layers width heads vocab arch batches lengths <<<"$spec"
     margs=(--mode "$mode" --steps "$steps")
     [[ -n "${layers:-}" ]] && margs+=(--layers "$layers" --width "$width" --heads "$heads" --vocab "$vocab")
+    [[ -n "${arch:-}" ]] && margs+=(--arch "$arch")
+    [[ -n "${batches:-}" && "$batches" != - ]] && margs+=(--batches "$batches")
+    [[ -n "${lengths:-}" && "$lengths" != - ]] && margs+=(--lengths "$lengths")
     rm -f "/tmp/$name.trace"
     env -u PYTHONPATH python3 test/gpu/torch_train.py --allocator xseg --xseg-conf "trace_file:/tmp/$name.trace" "${margs[@]}" \
       >"/tmp/$name.json" 2>"/tmp/$name.err" || { tail -20 "/tmp/$name.err"; rc=1; continue; }

@@ -1,11 +1,20 @@
 #!/usr/bin/env python3
-"""torch_train.py: a small GPT-2 under one CUDA allocator, for comparing allocators.
+"""torch_train.py: a small transformer under one CUDA allocator, for comparing allocators.
 
-    python3 torch_train.py --allocator native|expandable|xseg [--mode train|infer] [--steps N]
+    python3 torch_train.py --allocator native|expandable|xseg [--arch gpt2|llama|vit]
+                           [--mode train|infer] [--steps N]
 
-The model is transformers' GPT2LMHeadModel with random weights (6 layers,
-512 wide, 8 heads, vocabulary 8192, 1024 positions; --layers, --width,
---heads and --vocab change it).  Everything is seeded
+The model has random weights and is built from a transformers config: with
+--arch gpt2 (the default) GPT2LMHeadModel (6 layers, 512 wide, 8 heads,
+vocabulary 8192, 1024 positions; --layers, --width, --heads and --vocab
+change it); with --arch llama LlamaForCausalLM of the same dimensions (MLP
+8/3 as wide, rounded to 64; --kv-heads for grouped-query attention; in infer
+mode the prefill computes the logits of the last position only, as
+generate() does); with --arch vit ViTForImageClassification (16-pixel
+patches, 224-pixel images, --vocab classes; train mode only, where --lengths
+gives image sizes: sizes other than 224 interpolate the position embeddings,
+whose backward has no deterministic CUDA kernel, so they need --warn-only).
+Everything is seeded
 and torch.use_deterministic_algorithms(True) is on, so two runs that differ
 only in the allocator must produce bit-identical losses (train) or
 generated tokens (infer).  Batch size and sequence length change every step
@@ -86,6 +95,8 @@ TRAIN_BATCHES = (4, 8, 16)
 TRAIN_SEQS = (128, 256, 512, 1024)
 INFER_BATCHES = (1, 4, 8, 16)
 INFER_PROMPTS = (64, 128, 256, 384, 512, 768, 992)
+VIT_BATCHES = (16, 32, 48, 64)
+VIT_SIZES = (224,)
 WARMUP_STEPS = 3
 
 
@@ -105,6 +116,7 @@ def log(*args):
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--allocator", choices=("native", "expandable", "xseg"), default="native")
+    p.add_argument("--arch", choices=("gpt2", "llama", "vit"), default="gpt2")
     p.add_argument("--mode", choices=("train", "infer"), default="train")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=1234)
@@ -117,7 +129,10 @@ def parse_args():
     p.add_argument("--layers", type=int, default=6, help="transformer layers (default 6)")
     p.add_argument("--width", type=int, default=512, help="hidden size (default 512)")
     p.add_argument("--heads", type=int, default=8, help="attention heads (default 8)")
-    p.add_argument("--vocab", type=int, default=8192, help="vocabulary size (default 8192; GPT-2's is 50257)")
+    p.add_argument("--vocab", type=int, default=8192,
+                   help="vocabulary size (default 8192; GPT-2's is 50257), or classes for --arch vit")
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="key/value heads for --arch llama (default: --heads); must divide --heads")
     p.add_argument("--summary", action="store_true", help="print xseg's summary to stderr at the end")
     p.add_argument("--batches", default=None,
                    help="comma-separated batch sizes to draw from (default: 4,8,16 train; 1,4,8,16 infer)")
@@ -133,11 +148,20 @@ def parse_args():
         p.error("--steps must be >= 1")
     if args.layers < 1 or args.heads < 1 or args.vocab < 2 or args.width < 1 or args.width % args.heads:
         p.error("--layers, --heads >= 1, --vocab >= 2, and --width a positive multiple of --heads")
+    if args.kv_heads is not None and (args.arch != "llama" or args.kv_heads < 1 or args.heads % args.kv_heads):
+        p.error("--kv-heads is for --arch llama and must divide --heads")
+    if args.arch == "vit" and args.mode != "train":
+        p.error("--arch vit runs in train mode only")
     try:
         args.batches = [int(x) for x in args.batches.split(",")] if args.batches else None
         args.lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
     except ValueError:
         p.error("--batches and --lengths take comma-separated integers")
+    if args.arch == "vit":
+        args.batches = args.batches or list(VIT_BATCHES)
+        args.lengths = args.lengths or list(VIT_SIZES)
+        if any(n < 16 or n % 16 for n in args.lengths):
+            p.error("--arch vit takes image sizes that are multiples of 16 (the patch) in --lengths")
     return args
 
 
@@ -236,7 +260,9 @@ class MemorySampler(threading.Thread):
 def make_schedule(mode, steps, seed, new_tokens, n_positions, batches=None, lengths=None):
     """The (batch, length) of every step, drawn from a seeded generator."""
     rng = random.Random(seed)
-    if mode == "train":
+    if n_positions is None:  # image sizes: nothing to fit
+        pass
+    elif mode == "train":
         batches = batches or TRAIN_BATCHES
         lengths = [n for n in (lengths or TRAIN_SEQS) if n <= n_positions]
     else:
@@ -248,25 +274,66 @@ def make_schedule(mode, steps, seed, new_tokens, n_positions, batches=None, leng
 
 
 def build_model(args, transformers):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config(
-        vocab_size=args.vocab,
-        n_positions=1024,
-        n_embd=args.width,
-        n_layer=args.layers,
-        n_head=args.heads,
-        bos_token_id=args.vocab - 1,
-        eos_token_id=args.vocab - 1,
-        attn_implementation=args.attn,
-    )
+    """The model, its config, the attention implementation it runs, and the
+    positions a sequence may use (None for images)."""
+    if args.arch == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=args.vocab,
+            n_positions=1024,
+            n_embd=args.width,
+            n_layer=args.layers,
+            n_head=args.heads,
+            bos_token_id=args.vocab - 1,
+            eos_token_id=args.vocab - 1,
+            attn_implementation=args.attn,
+        )
+        cls, positions = transformers.GPT2LMHeadModel, config.n_positions
+    elif args.arch == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=args.vocab,
+            hidden_size=args.width,
+            intermediate_size=max(64, round(args.width * 8 / 3 / 64) * 64),
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads or args.heads,
+            max_position_embeddings=1024,
+            bos_token_id=args.vocab - 1,
+            eos_token_id=args.vocab - 1,
+            tie_word_embeddings=False,
+            attn_implementation=args.attn,
+        )
+        cls, positions = transformers.LlamaForCausalLM, config.max_position_embeddings
+    else:
+        config = transformers.ViTConfig(
+            image_size=224,
+            patch_size=16,
+            hidden_size=args.width,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            intermediate_size=4 * args.width,
+            num_labels=args.vocab,
+            attn_implementation=args.attn,
+        )
+        cls, positions = transformers.ViTForImageClassification, None
     torch.manual_seed(args.seed)
-    model = GPT2LMHeadModel(config)
+    model = cls(config)
     impl = getattr(model.config, "_attn_implementation", None)
     if impl != args.attn and hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(args.attn)
         impl = getattr(model.config, "_attn_implementation", None)
-    return model, config, impl
+    return model, config, impl, positions
+
+
+def train_inputs(args, config, gen, batch, length, device):
+    """One training step's inputs: token ids that are also the labels, or
+    images of length x length pixels and a class each."""
+    if args.arch == "vit":
+        pixels = torch.randn((batch, 3, length, length), generator=gen).to(device)
+        labels = torch.randint(0, config.num_labels, (batch,), generator=gen).to(device)
+        return {"pixel_values": pixels, "labels": labels,
+                "interpolate_pos_encoding": length != config.image_size}
+    x = torch.randint(0, config.vocab_size, (batch, length), generator=gen, dtype=torch.long).to(device)
+    return {"input_ids": x, "labels": x}
 
 
 def token_checksum(tokens):
@@ -302,19 +369,18 @@ def note_step(args, before):
         STEP_COUNTERS.append({k: after[k] - before[k] for k in after})
 
 
-def run_train(model, schedule, args, device, vocab):
+def run_train(model, schedule, args, device, config):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, foreach=True)
     model.train()
     gen = torch.Generator(device="cpu")
     losses, times = [], []
     for step, (batch, seq) in enumerate(schedule):
         gen.manual_seed(args.seed * 1000003 + step)
-        x_cpu = torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long)
-        x = x_cpu.to(device)
+        x = train_inputs(args, config, gen, batch, seq, device)
         sync()
         before = xseg_counters(args)
         t0 = time.perf_counter()
-        out = model(input_ids=x, labels=x)
+        out = model(**x)
         loss = out.loss
         loss.backward()
         opt.step()
@@ -325,11 +391,15 @@ def run_train(model, schedule, args, device, vocab):
         times.append((t1 - t0) * 1000.0)
         del out, loss, x
         note_step(args, before)
-        log("train step %d batch %d seq %d loss %.6f %.1f ms" % (step, batch, seq, losses[-1], times[-1]))
+        log("train step %d batch %d length %d loss %.6f %.1f ms" % (step, batch, seq, losses[-1], times[-1]))
     return {"losses": losses}, times, opt
 
 
-def run_infer(model, schedule, args, device, vocab):
+def run_infer(model, schedule, args, device, config):
+    vocab = config.vocab_size
+    # A llama prefill computes the logits of the last position only, as
+    # generate() does; the GPT-2 traces were recorded with all of them.
+    prefill = {"logits_to_keep": 1} if args.arch == "llama" else {}
     model.eval()
     gen = torch.Generator(device="cpu")
     checksums, times = [], []
@@ -341,7 +411,7 @@ def run_infer(model, schedule, args, device, vocab):
             sync()
             before = xseg_counters(args)
             t0 = time.perf_counter()
-            out = model(input_ids=prompt, use_cache=True)
+            out = model(input_ids=prompt, use_cache=True, **prefill)
             past = out.past_key_values
             nxt = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
             generated = [nxt]
@@ -424,7 +494,7 @@ def torch_allocator_report(device_index):
 
 def main():
     args = parse_args()
-    result = {"allocator": args.allocator, "mode": args.mode, "steps": args.steps, "seed": args.seed}
+    result = {"allocator": args.allocator, "arch": args.arch, "mode": args.mode, "steps": args.steps, "seed": args.seed}
     errors = []
     wall0 = time.perf_counter()
 
@@ -464,14 +534,14 @@ def main():
         _ON_GPU = False
         device = torch.device("cpu")
 
-    model, config, impl = build_model(args, transformers)
+    model, config, impl, positions = build_model(args, transformers)
     model.to(device)
-    schedule = make_schedule(args.mode, args.steps, args.seed, args.new_tokens, config.n_positions,
+    schedule = make_schedule(args.mode, args.steps, args.seed, args.new_tokens, positions,
                              args.batches, args.lengths)
     if args.mode == "train":
-        values, times, keep = run_train(model, schedule, args, device, config.vocab_size)
+        values, times, keep = run_train(model, schedule, args, device, config)
     else:
-        values, times, keep = run_infer(model, schedule, args, device, config.vocab_size)
+        values, times, keep = run_infer(model, schedule, args, device, config)
     sync()
     if sampler is not None:
         sampler.stop()
