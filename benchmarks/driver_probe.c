@@ -21,11 +21,15 @@
  * thread.  With "limit [MiB [fd]]" it asks what a create costs as the device's
  * free memory runs out (a raw allocation leaves MiB free, 1024 if not
  * given) and just after memory was released there; "fd": handles
- * shareable as POSIX descriptors, as xseg makes them.  Needs a GPU:
+ * shareable as POSIX descriptors, as xseg makes them.  With "tables [MiB
+ * [GiB]]" it asks where a budget others leave goes: how many 2 MiB handles
+ * the driver gives when a raw allocation leaves MiB free (64 if not
+ * given), created only, mapped back to back, and mapped each in an address
+ * reservation of its own of GiB (256 if not given).  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -o /tmp/driver_probe &&
- * /tmp/driver_probe [meminfo|overlap|limit [MiB [fd]]]
+ * /tmp/driver_probe [meminfo|overlap|limit [MiB [fd]]|tables [MiB [GiB]]]
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -459,6 +463,70 @@ static void limit_probe(size_t left_mib) {
   if (filler) CK(cuMemFree(filler));
 }
 
+/* Where a budget others leave goes: a raw allocation leaves `left` MiB
+ * free, then 2 MiB handles are made until the driver refuses, (a) created
+ * only, (b) created and mapped back to back in one address reservation,
+ * (c) each mapped in a reservation of its own of `spread` GiB, as far apart
+ * as xseg's segments lie.  Each line counts the handles made and the free
+ * memory cuMemGetInfo showed before the first and after the last; where a
+ * map (not a create) took free memory, the driver spent device memory on
+ * its own tables for the new mapping. */
+static void tables_probe(size_t left_mib, size_t spread_gib) {
+  const size_t sz = (size_t)2 << 20, mib = (size_t)1 << 20;
+  size_t fr, to;
+  CK(cuMemGetInfo(&fr, &to));
+  CUdeviceptr filler = 0;
+  size_t fill = fr > (left_mib << 20) ? fr - (left_mib << 20) : 0;
+  if (fill) CK(cuMemAlloc(&filler, fill));
+  CK(cuMemGetInfo(&fr, &to));
+  printf("tables: filler %zu MiB, %zu MiB free (asked to leave %zu) of %zu\n", fill >> 20, fr >> 20, left_mib,
+         to >> 20);
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  static CUdeviceptr vas[1024];
+  for (int how = 0; how < 3; how++) {
+    const int cap = 1024;
+    int n = 0, nva = 0, map_took = 0;
+    size_t map_bytes = 0, fr0;
+    CK(cuMemGetInfo(&fr0, &to));
+    if (how == 1) CK(cuMemAddressReserve(&vas[nva++], (size_t)cap * sz, 0, 0, 0));
+    for (; n < cap; n++) {
+      if (cuMemCreate(&lim_h[n], sz, &prop, 0) != CUDA_SUCCESS) break;
+      if (how == 0) continue;
+      CUdeviceptr at;
+      if (how == 1) {
+        at = vas[0] + (size_t)n * sz;
+      } else {
+        CK(cuMemAddressReserve(&vas[nva], spread_gib << 30, 0, 0, 0));
+        at = vas[nva++];
+      }
+      size_t before, after;
+      CK(cuMemGetInfo(&before, &to));
+      CK(cuMemMap(at, sz, 0, lim_h[n], 0));
+      CK(cuMemSetAccess(at, sz, &acc, 1));
+      CK(cuMemGetInfo(&after, &to));
+      if (after < before) {
+        map_took++;
+        map_bytes += before - after;
+      }
+    }
+    CK(cuMemGetInfo(&fr, &to));
+    static const char *names[] = {"created only", "created, mapped back to back in one reservation",
+                                  "created, each mapped in a reservation of its own"};
+    printf("  %-52s %4d handles (%4zu MiB); free %zu -> %zu MiB; maps that took memory: %d (%zu KiB)\n",
+           names[how], n, n * sz / mib, fr0 >> 20, fr >> 20, map_took, map_bytes >> 10);
+    for (int i = 0; i < n; i++) {
+      if (how == 1) CK(cuMemUnmap(vas[0] + (size_t)i * sz, sz));
+      if (how == 2) CK(cuMemUnmap(vas[i], sz));
+      CK(cuMemRelease(lim_h[i]));
+    }
+    for (int i = 0; i < nva; i++) CK(cuMemAddressFree(vas[i], how == 1 ? (size_t)cap * sz : spread_gib << 30));
+  }
+  if (filler) CK(cuMemFree(filler));
+}
+
 /* A handle of `asz` MiB released at the limit and its memory asked for again
  * at once: as one handle of the same size, as a slightly smaller one and a
  * page (what a conversion makes), as 16 MiB or 2 MiB handles, after a
@@ -566,6 +634,10 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "release")) {
     if (argc > 3 && !strcmp(argv[3], "fd")) lim_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     release_probe(argc > 2 ? strtoul(argv[2], NULL, 10) : 1100, argc > 4 ? strtoul(argv[4], NULL, 10) : 512);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "tables")) {
+    tables_probe(argc > 2 ? strtoul(argv[2], NULL, 10) : 64, argc > 3 ? strtoul(argv[3], NULL, 10) : 256);
     return 0;
   }
   if (argc > 1 && !strcmp(argv[1], "limit")) {
