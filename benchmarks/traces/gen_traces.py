@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Limits the replay benchmark expects of a trace (checked as warnings).
 MIN_EVENTS, MAX_EVENTS = 2000, 100000
-MIN_PEAK, MAX_PEAK = 512 * MiB, 64 * GiB
+MIN_PEAK, MAX_PEAK = 128 * MiB, 64 * GiB
 MAX_FILE_BYTES = 2 * 1000 * 1000
 
 
