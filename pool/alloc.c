@@ -259,6 +259,7 @@ int xs_free(xs_device_t *d, xs_block_t *b) {
   xs_stat_add(d->stats.requested_bytes, cls, -(int64_t)b->requested);
   if (b->size >= d->max_split) xs_stat_one(&d->stats.oversize_allocations, -(int64_t)1);
   d->returned[cls] += b->size;
+  if (d->strat->note_free) d->strat->note_free(d, b);
   if (d->cfg->trace_file[0]) xs_trace_free(b->trace_id, d->id);
   xs_stream_t *st = b->seg->pool->st;
   b->free_seq = ++st->free_seq;
@@ -328,6 +329,7 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   }
   int cls = b->seg->pool->cls;
   b->state = XS_BLOCK_LIVE;
+  b->alone_since = 0;
   b->requested = size;
   b->seg->live_bytes += b->size;
   xs_stat_add(d->stats.allocation, cls, 1);

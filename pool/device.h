@@ -115,6 +115,8 @@ typedef struct xs_strategy_s {
   int (*acquire)(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out);
   /* Cut the rest of free block b off when `size` bytes are carved from it? */
   int (*should_split)(const xs_device_t *d, const xs_block_t *b, size_t size);
+  /* Live block b is being freed (NULL: nothing to note). */
+  void (*note_free)(xs_device_t *d, xs_block_t *b);
   /* The release policy: give mapped free memory back to the driver down to
    * `keep` bytes, never waiting for the GPU. */
   void (*trim)(xs_device_t *d, size_t keep);
@@ -163,6 +165,11 @@ struct xs_device_s {
    * the user's statistics changes nothing. */
   uint64_t handed[XS_NCLASS], returned[XS_NCLASS];
   uint64_t pack_base[XS_NCLASS]; /* handed[class] at the last restart */
+  /* Frees per class, and of the pages two blocks shared, how often the
+   * second went within XS_TOGETHER_FREES frees of the first (together)
+   * or not (apart): the placement rule's evidence (expandable.c). */
+  uint64_t frees[XS_NCLASS];
+  uint32_t together[XS_NCLASS], apart[XS_NCLASS];
   uint64_t live_peak;            /* most bytes live at once (all classes) since the last new start */
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;

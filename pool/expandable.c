@@ -432,6 +432,36 @@ static int packing(const xs_device_t *d, int cls) {
   return (d->returned[cls] - base) * XS_PACK_DIV < d->handed[cls] - base;
 }
 
+/* Place as while packing: the pool packs, or its shared pages empty
+ * together (XS_TOGETHER_*). */
+static int pack_places(const xs_device_t *d, int cls) {
+  const uint32_t t = d->together[cls], a = d->apart[cls];
+  return packing(d, cls) || (cls == XS_LARGE && t + a >= XS_TOGETHER_MIN && a * XS_TOGETHER_DIV < t + a);
+}
+
+static void exp_note_free(xs_device_t *d, xs_block_t *b) {
+  const int cls = b->seg->pool->cls;
+  const uint64_t n = ++d->frees[cls];
+  if (cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
+  if (b->alone_since) {
+    if (n - b->alone_since <= XS_TOGETHER_FREES)
+      d->together[cls]++;
+    else
+      d->apart[cls]++;
+    if (d->together[cls] + d->apart[cls] >= XS_TOGETHER_WINDOW) {
+      d->together[cls] /= 2;
+      d->apart[cls] /= 2;
+    }
+    b->alone_since = 0;
+  }
+  /* The live blocks on b's first and last pages are alone there now. */
+  const uintptr_t m = b->seg->vs.page - 1, first = b->addr & ~m, last = ((xs_block_end(b) - 1) & ~m) + m;
+  for (xs_block_t *x = b->prev; x && xs_block_end(x) > first; x = x->prev)
+    if (x->state == XS_BLOCK_LIVE && !x->alone_since) x->alone_since = n;
+  for (xs_block_t *x = b->next; x && x->addr < last; x = x->next)
+    if (x->state == XS_BLOCK_LIVE && !x->alone_since) x->alone_since = n;
+}
+
 uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int both, int pack) {
   const uintptr_t m = page - 1;
   /* No neighbour's page to share (both ends aligned), or one page for
@@ -477,7 +507,7 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
   /* A new run starts at its low end (pages at the lowest address); whether
    * at the run's first byte or the next page boundary, xs_exp_place says. */
   int pack = packing(d, p->cls);
-  if (sp.addr == sp.lo) sp.addr = xs_exp_place(page, sp.lo, sp.hi, size, 0, pack);
+  if (sp.addr == sp.lo) sp.addr = xs_exp_place(page, sp.lo, sp.hi, size, 0, pack_places(d, p->cls));
   /* While memory is plentiful, growth maps one handle per request: the
    * page holding the request's end goes into the request's handle and the
    * request takes that whole page, if the rest of it is at most
@@ -621,7 +651,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
  * strand the fewest free bytes in pages that hold data (xs_exp_place). */
 static uintptr_t place(const xs_device_t *d, const xs_block_t *f, size_t size) {
   if (f->size == size) return f->addr;
-  return xs_exp_place(d->vmm.gran, f->addr, xs_block_end(f), size, 1, packing(d, f->seg->pool->cls));
+  return xs_exp_place(d->vmm.gran, f->addr, xs_block_end(f), size, 1, pack_places(d, f->seg->pool->cls));
 }
 
 /* Fresh memory for `size` bytes that covers no large chunk in part: 1 and
@@ -887,6 +917,7 @@ const xs_strategy_t xs_expandable_strategy = {
     .auto_max_split = SIZE_MAX, /* expandable segments have no split problem */
     .acquire = exp_acquire,
     .should_split = exp_should_split,
+    .note_free = exp_note_free,
     .trim = exp_trim,
     .empty = exp_empty,
     .enable_peer = exp_enable_peer,

@@ -106,6 +106,20 @@
 #define XS_AHEAD_DIV 4
 #define XS_AHEAD_ROOM 2
 
+/* Shared pages that empty together.  Of two large blocks that shared a
+ * page, the one freed second is counted together if it went within
+ * XS_TOGETHER_FREES frees of the pool's class after the first, else apart
+ * (both counts halved at XS_TOGETHER_WINDOW).  From XS_TOGETHER_MIN pages
+ * on, while fewer than 1/XS_TOGETHER_DIV of them went apart, the large
+ * pool places as it does while packing: the program frees neighbours
+ * together (a training step's activations, freed in the backward pass in
+ * the reverse of their order), so a shared page strands nothing, and
+ * blocks lie back to back. */
+#define XS_TOGETHER_FREES 32
+#define XS_TOGETHER_WINDOW 256
+#define XS_TOGETHER_MIN 32
+#define XS_TOGETHER_DIV 2
+
 /* Where to place `size` bytes in the free range [f0, f1), whose ends, where
  * not page-aligned, share their pages with live data: the start with the
  * least expected stranded memory (docs/design.md, "Placement").  Looks at

@@ -362,6 +362,59 @@ XT_TEST(placement_shares_pages_only_when_it_saves_one) {
   }
 }
 
+/* Placement learns how the program frees (XS_TOGETHER_*): where the large
+ * blocks that shared a page went within a few frees of each other, the
+ * large pool places back to back as while packing; where one outlived the
+ * other, by the expected-cost rule. */
+static void together_case(int together) {
+  const size_t P = 2 * MiB, A = 21 * MiB / 4, B = 19 * MiB / 4; /* B ends A's last page's page run */
+  XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
+  void *keep = xseg_malloc(P, 0, NULL);
+  void *x = xseg_malloc(256 * MiB, 0, NULL); /* mapped room, and the pool no longer packs */
+  XT_REQUIRE(keep && x);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  enum { N = 40 };
+  char *a[N], *b[N];
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < N; i++) {
+      a[i] = xseg_malloc(A, 0, NULL);
+      b[i] = xseg_malloc(B, 0, NULL);
+      XT_REQUIRE(a[i] && b[i]);
+      /* B starts where A ends: sharing A's last page costs no page.  (Pairs
+       * kept live land where best fit finds room, not always so.) */
+      if (together)
+        XT_CHECK_MSG(b[i] == a[i] + A, "b at a%+td, expected right after a", b[i] - a[i]);
+      if (together) { /* freed as a step's activations are: the later first, at once */
+        XT_CHECK_EQ(xseg_free(b[i]), 0);
+        XT_CHECK_EQ(xseg_free(a[i]), 0);
+      }
+    }
+    if (!together) { /* every a first, then every b: each b outlives its a by N frees */
+      for (int i = 0; i < N; i++) XT_CHECK_EQ(xseg_free(a[i]), 0);
+      for (int i = 0; i < N; i++) XT_CHECK_EQ(xseg_free(b[i]), 0);
+    }
+  }
+  /* Two blocks of A, grown from nothing mapped (keep is live: not a new
+   * start): back to back costs no more pages than the next page boundary
+   * (four touched, three of them the second's own, either way). */
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  char *c = xseg_malloc(A, 0, NULL), *e = xseg_malloc(A, 0, NULL);
+  XT_REQUIRE(c && e);
+  XT_CHECK_EQ((uintptr_t)c % P, 0);
+  if (together)
+    XT_CHECK_MSG(e == c + A, "e at c%+td, expected right after c (shared pages emptied together)", e - c);
+  else
+    XT_CHECK_MSG(e == c + 3 * P, "e at c%+td, expected the next page boundary (shared pages emptied apart)", e - c);
+  XT_CHECK_EQ(xseg_free(c), 0);
+  XT_CHECK_EQ(xseg_free(e), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(blocks_freed_together_are_placed_back_to_back) { together_case(1); }
+XT_TEST(blocks_freed_apart_keep_off_each_others_pages) { together_case(0); }
+
 /* A block placed over part of a large free handle the GPU may still be
  * using pins that handle only within the pin budget (XS_PIN_DIV of the
  * limit); beyond it the block takes fresh memory or waits and converts the
@@ -1005,6 +1058,8 @@ int main(void) {
   XT_RUN(remap_serves_large_request_from_holes);
   XT_RUN(fails_only_at_physical_limit_small_pages);
   XT_RUN(placement_shares_pages_only_when_it_saves_one);
+  XT_RUN(blocks_freed_together_are_placed_back_to_back);
+  XT_RUN(blocks_freed_apart_keep_off_each_others_pages);
   XT_RUN(busy_handles_are_not_pinned_beyond_the_budget);
   XT_RUN(growth_ahead_of_a_busy_gpu_is_bounded_with_room_to_spare);
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
