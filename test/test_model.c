@@ -567,6 +567,17 @@ static void verify_block(int slot, const char *when) {
 
 /* ---- operations ------------------------------------------------------------------------------ */
 
+/* A malloc failed with XSEG_ENOMEM.  An injected failure may carry that
+ * code too (a backend out of memory recording an event, say): then whether
+ * the allocator ran out of device memory (num_ooms) or met the fault, only
+ * it knows. */
+static void count_oom(void) {
+  if (fault_on() && M.fault_code == XSEG_ENOMEM)
+    M.ooms = (int64_t)g_dev->stats.num_ooms;
+  else
+    M.ooms++;
+}
+
 static void op_malloc(size_t size, int owner) {
   if (M.nfree_slots == 0 || M.nlive >= MAX_LIVE) return;
   size_t r = m_round(size);
@@ -586,7 +597,7 @@ static void op_malloc(size_t size, int owner) {
     M_CHECK(code == XSEG_ENOMEM || (fault_on() && code == M.fault_code),
             "malloc(%zu) failed with code %d (%s)", size, code, xseg_last_error());
     M_CHECK(xseg_last_error()[0] != '\0', "malloc(%zu) failed without a message", size);
-    if (code == XSEG_ENOMEM) M.ooms++;
+    if (code == XSEG_ENOMEM) count_oom();
 #ifndef MODEL_NO_LIMIT_CHECK
     if (M.cfg->expandable && !fault_on() && r != 0) {
       /* Expandable segments fail only at the physical limit: the pages
