@@ -165,11 +165,11 @@ struct xs_device_s {
    * the user's statistics changes nothing. */
   uint64_t handed[XS_NCLASS], returned[XS_NCLASS];
   uint64_t pack_base[XS_NCLASS]; /* handed[class] at the last restart */
-  /* Frees per class, and of the pages two blocks shared, how often the
-   * second went within XS_TOGETHER_FREES frees of the first (together)
-   * or not (apart): the placement rule's evidence (expandable.c). */
-  uint64_t frees[XS_NCLASS];
-  uint32_t together[XS_NCLASS], apart[XS_NCLASS];
+  /* Frees of large blocks, and of the pages two large blocks shared, how
+   * often the second went within XS_TOGETHER_FREES frees of the first
+   * (together) or not (apart): the placement rule's evidence (expandable.c). */
+  uint64_t large_frees;
+  uint32_t together, apart;
   uint64_t live_peak;            /* most bytes live at once (all classes) since the last new start */
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;

@@ -435,22 +435,21 @@ static int packing(const xs_device_t *d, int cls) {
 /* Place as while packing: the pool packs, or its shared pages empty
  * together (XS_TOGETHER_*). */
 static int pack_places(const xs_device_t *d, int cls) {
-  const uint32_t t = d->together[cls], a = d->apart[cls];
+  const uint32_t t = d->together, a = d->apart;
   return packing(d, cls) || (cls == XS_LARGE && t + a >= XS_TOGETHER_MIN && a * XS_TOGETHER_DIV < t + a);
 }
 
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {
-  const int cls = b->seg->pool->cls;
-  const uint64_t n = ++d->frees[cls];
-  if (cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
+  if (b->seg->pool->cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
+  const uint64_t n = ++d->large_frees;
   if (b->alone_since) {
     if (n - b->alone_since <= XS_TOGETHER_FREES)
-      d->together[cls]++;
+      d->together++;
     else
-      d->apart[cls]++;
-    if (d->together[cls] + d->apart[cls] >= XS_TOGETHER_WINDOW) {
-      d->together[cls] /= 2;
-      d->apart[cls] /= 2;
+      d->apart++;
+    if (d->together + d->apart >= XS_TOGETHER_WINDOW) {
+      d->together /= 2;
+      d->apart /= 2;
     }
     b->alone_since = 0;
   }

@@ -108,7 +108,7 @@
 
 /* Shared pages that empty together.  Of two large blocks that shared a
  * page, the one freed second is counted together if it went within
- * XS_TOGETHER_FREES frees of the pool's class after the first, else apart
+ * XS_TOGETHER_FREES large frees after the first, else apart
  * (both counts halved at XS_TOGETHER_WINDOW).  From XS_TOGETHER_MIN pages
  * on, while fewer than 1/XS_TOGETHER_DIV of them went apart, the large
  * pool places as it does while packing: the program frees neighbours
