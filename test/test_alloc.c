@@ -682,6 +682,43 @@ XT_TEST(creates_after_releases_wait_out_the_scrub_on_a_full_device) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* On the host backend with no scrub modelled a create never waits for the
+ * device, so a slow one (here a modelled 5 ms per create; on a loaded
+ * host, the host's own scheduling) is not a scrub: pacing must not learn
+ * from it.  It did, and host min-budget figures moved by up to 0.0025
+ * from one run to the next when several replays ran at once. */
+XT_TEST(slow_creates_that_no_scrub_explains_do_not_start_pacing) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
+  xs_backend_t *be = t_backend();
+  xs_host_costs_t slow = xs_host_h100_costs;
+  slow.create_ns = 5000000;
+  xs_host_model_time(be, &slow);
+  char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free: nearly full */
+  XT_REQUIRE(fill);
+  for (int i = 0; i < 32; i++) {
+    char *a = xseg_malloc(40 * MiB, 0, NULL); /* a create right after the last round's release */
+    XT_REQUIRE(a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+  XT_CHECK_EQ(t_stat(0, "num_create_waits"), 0);
+  XT_CHECK_EQ(t_stat(0, "time_paced_ns"), 0);
+  /* The same creates with the scrub modelled do wait, and are learnt from. */
+  xs_host_scrub(be, 16000, 3000000);
+  for (int i = 0; i < 32; i++) {
+    char *a = xseg_malloc(40 * MiB, 0, NULL);
+    XT_REQUIRE(a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+  XT_CHECK(t_stat(0, "num_create_waits") > 0);
+  xs_host_scrub(be, 0, 0);
+  xs_host_model_time(be, NULL);
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* A device whose free figure shows 2 MiB more than the driver will give
  * (xs_host_hide; an H100 under a filler showed 1014 MiB free and refused
  * a 1014 MiB create, then gave 1012): xseg learns it from the first
@@ -1068,6 +1105,7 @@ int main(void) {
   XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
   XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
   XT_RUN(pacing_makes_pages_where_they_cost_less_and_probes_back_off);
+  XT_RUN(slow_creates_that_no_scrub_explains_do_not_start_pacing);
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);

@@ -81,6 +81,11 @@ extern const char *const xs_call_names[XS_CALL__COUNT];
 typedef struct xs_backend_s xs_backend_t;
 struct xs_backend_s {
   const char *name; /* "cuda" or "host" */
+  /* Whether a create can wait for the device (the driver scrubbing memory
+   * a release gave back): always on the GPU; on the host backend only
+   * while xs_host_scrub models it.  Where it cannot, a slow create is the
+   * host's own noise, and pacing (vmm/phys.c) must not learn from it. */
+  int creates_wait;
 
   /* Devices and memory. */
   int (*device_count)(xs_backend_t *b, int *count);

@@ -683,6 +683,7 @@ int xs_cuda_backend_create(xs_backend_t **out) {
   atomic_init(&c->devs, NULL);
   xs_backend_t *be = &c->be;
   be->name = "cuda";
+  be->creates_wait = 1;
   be->device_count = cuda_device_count;
   be->device_info = cuda_device_info;
   be->mem_info = cuda_mem_info;

@@ -841,6 +841,7 @@ void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns) {
   pthread_mutex_lock(&h->mu);
   h->scrub_ns_per_mib = ns_per_mib;
   h->scrub_wait_ns = wait_ns;
+  h->be.creates_wait = ns_per_mib > 0;
   for (int d = 0; d < h->ndev; d++) h->devs[d].scrubbing = 0;
   pthread_mutex_unlock(&h->mu);
 }

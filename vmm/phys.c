@@ -294,7 +294,7 @@ uint64_t xs_vmm_scrub_left(xs_vmm_t *v) {
 /* After a create of size bytes that ended at t and took dt ns, slept
  * before it: learn. */
 static void paced(xs_vmm_t *v, size_t size, uint64_t t, uint64_t dt, uint64_t slept, int probe) {
-  if (t - v->released_ns > XS_VMM_PACE_WINDOW_NS || !device_nearly_full(v)) return;
+  if (!v->be->creates_wait || t - v->released_ns > XS_VMM_PACE_WINDOW_NS || !device_nearly_full(v)) return;
   int waited = dt > XS_VMM_WAITED_NS + (uint64_t)(size >> 20) * XS_VMM_CREATE_NS_PER_MIB;
   if (waited) {
     v->st.num_create_waits++;
