@@ -108,8 +108,9 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_
  * what "the budget" means and which allocator runs. */
 typedef int (*budget_fits_fn)(void *ctx, size_t budget_mb);
 
-/* Smallest budget (a multiple of step_mb) for which fits() holds, by
- * bisection between the peak and 16 x the peak; 0 if none fits. */
+/* Smallest budget (a multiple of step_mb) for which fits() holds, and for
+ * the next few budgets up too (frag.c, FRAG_STABLE_STEPS), by bisection
+ * between the peak and 16 x the peak; 0 if none fits. */
 size_t min_budget_mb(uint64_t peak_live, size_t step_mb, budget_fits_fn fits, void *ctx, int *replays);
 
 /* ---- the GPU's own allocators (cuda_alt.c) ------------------------------------------ */

@@ -70,6 +70,38 @@ XT_TEST(bisection_finds_the_threshold) {
   }
 }
 
+/* A trace whose replay fits in a budget but fails in some just above it
+ * (the path of a replay depends on its budget): the figure is where the
+ * budgets fit for good, not the lucky edge bisection may meet first. */
+typedef struct holes_s {
+  size_t need;     /* fits from here up, but for the holes */
+  size_t holes[3]; /* budgets at or above need that fail */
+  int calls;
+} holes_t;
+
+static int fits_holes(void *ctx, size_t mb) {
+  holes_t *h = ctx;
+  h->calls++;
+  for (int i = 0; i < 3; i++)
+    if (mb == h->holes[i]) return 0;
+  return mb >= h->need;
+}
+
+XT_TEST(bisection_skips_budgets_that_fit_by_luck) {
+  /* Fits at 4754; fails at 4756, 4760 and 4770; fits from 4772 up. */
+  holes_t h = {4754, {4756, 4760, 4770}, 0};
+  int replays = 0;
+  XT_CHECK_EQ(min_budget_mb((uint64_t)4718 << 20, 2, fits_holes, &h, &replays), 4772);
+  XT_CHECK_EQ(replays, h.calls);
+  /* A hole further up than the window looks is not seen: the window is
+   * what the figure promises (FRAG_STABLE_STEPS budgets of 2 MiB). */
+  holes_t far = {4754, {4790, 0, 0}, 0};
+  XT_CHECK_EQ(min_budget_mb((uint64_t)4718 << 20, 2, fits_holes, &far, &replays), 4754);
+  /* One hole right above the edge: the next budget that fits. */
+  holes_t one = {4754, {4756, 0, 0}, 0};
+  XT_CHECK_EQ(min_budget_mb((uint64_t)4718 << 20, 2, fits_holes, &one, &replays), 4758);
+}
+
 /* A trace that fits nowhere (every replay fails) ends the search at 16 x
  * the peak; the limit once moved with the bisection and never stopped it. */
 XT_TEST(bisection_gives_up) {
@@ -184,6 +216,7 @@ XT_TEST(traces_by_name_and_path) {
 
 int main(void) {
   XT_RUN(bisection_finds_the_threshold);
+  XT_RUN(bisection_skips_budgets_that_fit_by_luck);
   XT_RUN(bisection_gives_up);
   XT_RUN(conf_merges_by_key_and_layer);
   XT_RUN(conf_check_uses_the_library_parser);
