@@ -109,7 +109,8 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_
 typedef int (*budget_fits_fn)(void *ctx, size_t budget_mb);
 
 /* Smallest budget (a multiple of step_mb) for which fits() holds, and for
- * the next few budgets up too (frag.c, FRAG_STABLE_STEPS), by bisection
+ * budgets spread over the next 0.5 % of the peak too (frag.c,
+ * FRAG_STABLE_TRIES), by bisection
  * between the peak and 16 x the peak; 0 if none fits. */
 size_t min_budget_mb(uint64_t peak_live, size_t step_mb, budget_fits_fn fits, void *ctx, int *replays);
 

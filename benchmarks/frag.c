@@ -124,9 +124,11 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_
  * 4,754 MiB and failed in 18 of the 27 budgets from 4,756 to 4,780 MiB
  * (host backend, 1 MiB apart).  Bisection lands on whichever edge it meets
  * first, and nobody picks a budget that lands on a lucky one, so the
- * figure is the smallest budget from which the next FRAG_STABLE_STEPS
- * budgets up fit too. */
-#define FRAG_STABLE_STEPS 8
+ * figure is the smallest budget above which FRAG_STABLE_TRIES budgets,
+ * evenly spread over the next 1/FRAG_STABLE_DIV of the peak (at least one
+ * step apart), fit too. */
+#define FRAG_STABLE_TRIES 16
+#define FRAG_STABLE_DIV 200
 
 size_t min_budget_mb(uint64_t peak_live, size_t step, budget_fits_fn fits, void *ctx, int *replays) {
   size_t lo = (size_t)((peak_live + (1u << 20) - 1) >> 20);
@@ -154,20 +156,22 @@ size_t min_budget_mb(uint64_t peak_live, size_t step, budget_fits_fn fits, void 
     else
       lo = mid;
   }
-  /* The budgets above hi, until FRAG_STABLE_STEPS in a row fit; a failure
+  /* The budgets above hi, until FRAG_STABLE_TRIES in a row fit; a failure
    * among them moves hi to the next budget above it that fits. */
-  for (size_t k = 1; k <= FRAG_STABLE_STEPS;) {
+  const size_t spread = (size_t)(peak_live >> 20) / FRAG_STABLE_DIV / FRAG_STABLE_TRIES;
+  const size_t stride = spread <= step ? step : (spread + step - 1) / step * step;
+  for (size_t k = 1; k <= FRAG_STABLE_TRIES;) {
     (*replays)++;
-    if (fits(ctx, hi + k * step)) {
+    if (fits(ctx, hi + k * stride)) {
       k++;
       continue;
     }
-    hi += (k + 1) * step;
-    for (;; hi += step) {
+    hi += k * stride;
+    do {
+      hi += step;
       if (hi > limit) return 0;
       (*replays)++;
-      if (fits(ctx, hi)) break;
-    }
+    } while (!fits(ctx, hi));
     k = 1;
   }
   return hi;
