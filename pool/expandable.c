@@ -817,6 +817,36 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
   return grow_whole(d, p, size, f);
 }
 
+/* Does [a, a + n) in free block f touch a chunk that reaches past f, into
+ * a live block (a chunk larger than a page holds data only when pinned)? */
+static int in_pinned(const xs_block_t *f, uintptr_t a, size_t n) {
+  const xs_vseg_t *vs = &f->seg->vs;
+  const uintptr_t ends[2] = {a, a + n - 1};
+  for (int i = 0; i < 2; i++) {
+    const xs_chunk_t *c = xs_vseg_chunk_at(vs, ends[i]);
+    if (c && c->size > vs->page && (c->addr < f->addr || c->addr + c->size > xs_block_end(f))) return 1;
+  }
+  return 0;
+}
+
+/* The best fit *f lies in a pinned chunk: move it, if a place outside
+ * every pinned chunk is among the next free blocks up in size (XS_GUEST_*
+ * in expandable.h). */
+static void away_from_pins(const xs_device_t *d, size_t size, xs_fit_t *f) {
+  int k = 0;
+  for (xs_block_t *b = xs_tree_next(f->b); b && k < XS_GUEST_LOOK && b->size / XS_GUEST_SPAN <= size;
+       b = xs_tree_next(b), k++) {
+    uintptr_t a = place(d, b, size);
+    size_t take = fit_take(d, b, a, size);
+    if (!in_pinned(b, a, take)) {
+      f->b = b;
+      f->addr = a;
+      f->take = take;
+      return;
+    }
+  }
+}
+
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
   for (;;) {
@@ -828,6 +858,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
     } else {
       f.addr = place(d, f.b, size);
       f.take = fit_take(d, f.b, f.addr, size);
+      if (p->cls == XS_LARGE && in_pinned(f.b, f.addr, f.take)) away_from_pins(d, size, &f);
     }
     if (xs_slab_reserve(&d->slab, 2) != 0) {
       xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");

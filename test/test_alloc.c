@@ -446,6 +446,43 @@ XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* A block put in the free part of a pinned chunk would carry the pin on
+ * after the block that made it is freed (pool/expandable.h, XS_GUEST_*):
+ * a request whose best fit lies there goes to another free block up to
+ * four times its size (here a free page), so once the pinning block is
+ * freed the chunk is wholly free again and empty_cache gives it back. */
+XT_TEST(a_pinned_chunk_takes_no_guest_where_another_place_exists) {
+  XT_REQUIRE(t_init("host_capacity_mb:4096") == 0); /* pin budget: 32 MiB */
+  char *p = xseg_malloc(20 * MiB, 0, NULL); /* one handle of 10 pages */
+  char *q = xseg_malloc(2 * MiB, 0, NULL);  /* keeps p's handle from growing into free space */
+  char *s = xseg_malloc(2 * MiB, 0, NULL);  /* the other place, once freed: a page of its own */
+  char *r = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(p && q && s && r);
+  XT_CHECK_EQ(xseg_free(s), 0);
+  XT_CHECK_EQ(xseg_free(p), 0);
+  /* Over the first 9.15 pages of p's handle: a small idle handle, pinned. */
+  char *b = xseg_malloc(18 * MiB + 300 * KiB, 0, NULL);
+  XT_REQUIRE(b);
+  XT_CHECK_EQ(b, p);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), 0);
+  /* Its best fit is the pinned handle's free tail (1.7 MiB). */
+  char *g = xseg_malloc(3 * MiB / 2, 0, NULL);
+  XT_REQUIRE(g);
+  XT_CHECK_MSG(g < p || g >= p + 20 * MiB, "the guest went into the pinned handle at +%td", g - p);
+  t_fill(g, 3 * MiB / 2, 5);
+  XT_CHECK_EQ(xseg_free(b), 0);
+  long long held = t_stat(0, "held_bytes.current");
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  XT_CHECK_MSG(held - t_stat(0, "held_bytes.current") >= (long long)(20 * MiB), "empty_cache gave back %lld MiB, not p's handle",
+               (held - t_stat(0, "held_bytes.current")) / (long long)MiB);
+  XT_CHECK(t_verify(g, 3 * MiB / 2, 5));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(g), 0);
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Growing ahead of the GPU (pool/expandable.h, XS_AHEAD_DIV and
  * XS_AHEAD_ROOM).  A request over part of a large free handle the GPU may
  * still be using, beyond the pin budget, takes fresh memory only while the
@@ -1098,6 +1135,7 @@ int main(void) {
   XT_RUN(blocks_freed_together_are_placed_back_to_back);
   XT_RUN(blocks_freed_apart_keep_off_each_others_pages);
   XT_RUN(busy_handles_are_not_pinned_beyond_the_budget);
+  XT_RUN(a_pinned_chunk_takes_no_guest_where_another_place_exists);
   XT_RUN(growth_ahead_of_a_busy_gpu_is_bounded_with_room_to_spare);
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
