@@ -35,8 +35,10 @@
  * times the request.  With it, stable min budgets (host backend) fell on
  * ViT from 1.0136 to 1.0085 of the peak with a filler, on llm_serving
  * under --lag 4 from 1.0068 to 1.0006 and on the recorded ResNet-50 under
- * --lag 4 from 1.0069 to 1.0026; the GPT-2 training traces rose by up to
- * 0.0013 (docs/benchmarks.md, "Guests of a pin").  Looking at any size,
+ * --lag 4 from 1.0069 to 1.0026, and on an H100 ViT's from 1.0140 to
+ * 1.0089; the GPT-2 training traces rose by up to 0.0013, and ViT
+ * replayed through PyTorch by 0.0013 (docs/benchmarks.md, "Guests of a
+ * pin").  Looking at any size,
  * grow_then_split rose by 0.0033; only under pressure, ResNet-50's lag
  * figure stayed where it was and rmm_uniform rose by 0.0027. */
 #define XS_GUEST_LOOK 16
