@@ -591,6 +591,17 @@ XT_TEST(large_rests_of_a_conversion_go_back_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* n rounds of: allocate 40 MiB, free it, give the cache back, so that each
+ * round's create needs the memory the round before released. */
+static void release_rounds(int n) {
+  for (int i = 0; i < n; i++) {
+    char *a = xseg_malloc(40 * MiB, 0, NULL);
+    XT_REQUIRE(a);
+    XT_CHECK_EQ(xseg_free(a), 0);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  }
+}
+
 /* Under modelled time (an H100's call costs; a scrub of 16 us per MiB and
  * a 3 ms wait), once pacing is on: (1) a small growth right after a large
  * release is made of single pages, which the driver gives at once, rather
@@ -608,12 +619,7 @@ XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   xs_host_scrub(be, 16000, 3000000);
   char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free */
   XT_REQUIRE(fill);
-  for (int i = 0; i < 256; i++) {
-    char *a = xseg_malloc(40 * MiB, 0, NULL); /* needs what the last round gave back */
-    XT_REQUIRE(a);
-    XT_CHECK_EQ(xseg_free(a), 0);
-    XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  }
+  release_rounds(256);
   xs_host_counters_t c;
   xs_host_counters(be, 0, &c);
   XT_CHECK_MSG(c.scrub_waits >= 1, "no create waited: the model did not run");
@@ -642,12 +648,7 @@ XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   XT_CHECK_EQ(xseg_free(fill), 0);
   XT_CHECK_EQ(xseg_empty_cache(0), 0);
   paced = t_stat(0, "time_paced_ns");
-  for (int i = 0; i < 4; i++) {
-    a = xseg_malloc(40 * MiB, 0, NULL);
-    XT_REQUIRE(a);
-    XT_CHECK_EQ(xseg_free(a), 0);
-    XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  }
+  release_rounds(4);
   XT_CHECK_EQ(t_stat(0, "time_paced_ns"), paced);
   xs_host_scrub(be, 0, 0);
   xs_host_model_time(be, NULL);
@@ -700,12 +701,7 @@ XT_TEST(creates_after_releases_wait_out_the_scrub_on_a_full_device) {
    * MiB released would have put the estimate's end 16 ms or more ahead, and
    * eight creates would each have slept up to 5 ms. */
   xs_host_scrub(be, 200000, 3000000);
-  for (int i = 0; i < 24; i++) {
-    char *a = xseg_malloc(40 * MiB, 0, NULL);
-    XT_REQUIRE(a);
-    XT_CHECK_EQ(xseg_free(a), 0);
-    XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  }
+  release_rounds(24);
   XT_CHECK_EQ(xseg_free(fill), 0);
   XT_CHECK_EQ(xseg_empty_cache(0), 0);
   long long paced_ns = t_stat(0, "time_paced_ns");
@@ -732,22 +728,12 @@ XT_TEST(slow_creates_that_no_scrub_explains_do_not_start_pacing) {
   xs_host_model_time(be, &slow);
   char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free: nearly full */
   XT_REQUIRE(fill);
-  for (int i = 0; i < 32; i++) {
-    char *a = xseg_malloc(40 * MiB, 0, NULL); /* a create right after the last round's release */
-    XT_REQUIRE(a);
-    XT_CHECK_EQ(xseg_free(a), 0);
-    XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  }
+  release_rounds(32);
   XT_CHECK_EQ(t_stat(0, "num_create_waits"), 0);
   XT_CHECK_EQ(t_stat(0, "time_paced_ns"), 0);
   /* The same creates with the scrub modelled do wait, and are learnt from. */
   xs_host_scrub(be, 16000, 3000000);
-  for (int i = 0; i < 32; i++) {
-    char *a = xseg_malloc(40 * MiB, 0, NULL);
-    XT_REQUIRE(a);
-    XT_CHECK_EQ(xseg_free(a), 0);
-    XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  }
+  release_rounds(32);
   XT_CHECK(t_stat(0, "num_create_waits") > 0);
   xs_host_scrub(be, 0, 0);
   xs_host_model_time(be, NULL);
