@@ -121,7 +121,7 @@ replay_t replay_xseg(const trace_t *t, const char *conf, int keep_running, size_
 /* A replay's path depends on its budget (whether memory counts as
  * plentiful, how much may be pinned), so a trace can fit in one budget and
  * fail in several just above it: torch_vit_train with a filler fitted in
- * 4,754 MiB and failed in 18 of the 27 budgets from 4,756 to 4,780 MiB
+ * 4,753 MiB and failed in 18 of the 27 budgets from 4,754 to 4,780 MiB
  * (host backend, 1 MiB apart).  Bisection lands on whichever edge it meets
  * first, and nobody picks a budget that lands on a lucky one, so the
  * figure is the smallest budget above which FRAG_STABLE_TRIES budgets,

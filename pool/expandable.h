@@ -38,9 +38,9 @@
  * --lag 4 from 1.0069 to 1.0026, and on an H100 ViT's from 1.0140 to
  * 1.0089; the GPT-2 training traces rose by up to 0.0013, and ViT
  * replayed through PyTorch by 0.0013 (docs/benchmarks.md, "Guests of a
- * pin").  Looking at any size,
- * grow_then_split rose by 0.0033; only under pressure, ResNet-50's lag
- * figure stayed where it was and rmm_uniform rose by 0.0027. */
+ * pin").  Looking at any size, grow_then_split rose by 0.0033; only under
+ * pressure, ResNet-50's lag figure stayed where it was and rmm_uniform
+ * rose by 0.0027. */
 #define XS_GUEST_LOOK 16
 #define XS_GUEST_SPAN 4
 /* Surplus pins.  While the device holds more than 1/XS_SURPLUS_DIV above
