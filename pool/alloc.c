@@ -340,7 +340,13 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   if (b->size >= d->max_split) xs_stat_one(&d->stats.oversize_allocations, 1);
   d->handed[cls] += b->size;
   uint64_t live = xs_live_bytes(d);
-  if (live > d->live_peak) d->live_peak = live;
+  if (live > d->live_peak) {
+    d->live_peak = live;
+    if (live - d->peak_step > d->peak_step / XS_SETTLE_RISE) {
+      d->peak_step = live;
+      d->peak_step_at = d->handed[XS_SMALL] + d->handed[XS_LARGE];
+    }
+  }
   if (d->cfg->trace_file[0]) {
     b->trace_id = xs_trace_next_id();
     xs_trace_alloc(b->trace_id, size, d->id, s);
@@ -415,6 +421,7 @@ int xs_empty_cache(xs_device_t *d) {
   if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0) {
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];
     d->live_peak = 0;
+    d->peak_step = 0;
   }
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);

@@ -674,14 +674,25 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
   return !tight(d) && d->pinned[0] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
 }
 
+/* Has the workload settled: has its live peak held (risen by at most
+ * 1/XS_SETTLE_RISE) while it handed out XS_SETTLE_TURNS times that peak,
+ * on a device with room for XS_SETTLED_ROOM times it? */
+static int settled(const xs_device_t *d) {
+  const uint64_t peak = d->live_peak;
+  const uint64_t since = d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->peak_step_at;
+  return since >= peak * XS_SETTLE_TURNS && xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM >= peak;
+}
+
 /* May a block pin large chunk c of any size, charged to the surplus
  * budget: while the device holds more than 1/XS_SURPLUS_DIV above the
  * live peak, memory is plentiful, and surplus pins stay within their own
- * 1/XS_PIN_DIV of the room (expandable.h). */
+ * budget, 1/XS_PIN_DIV of the room, or 1/XS_SETTLED_PIN_DIV once the
+ * workload has settled (expandable.h). */
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   const uint64_t peak = d->live_peak;
-  return !tight(d) && d->vmm.held > peak + peak / XS_SURPLUS_DIV &&
-         d->pinned[1] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
+  if (tight(d) || d->vmm.held <= peak + peak / XS_SURPLUS_DIV) return 0;
+  const size_t room = xs_vmm_room(&d->vmm);
+  return d->pinned[1] + c->size <= room / (settled(d) ? XS_SETTLED_PIN_DIV : XS_PIN_DIV);
 }
 
 /* May a request of `size` bytes take fresh memory rather than wait for

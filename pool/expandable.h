@@ -55,6 +55,20 @@
  * llm_serving's warm pass at 1.15 driver calls per 100 events, a
  * sixteenth grow_then_split's at 3.3). */
 #define XS_SURPLUS_DIV 8
+/* Settled workloads.  Once the live peak has held (risen by at most
+ * 1/XS_SETTLE_RISE, device.h) while the program handed out
+ * XS_SETTLE_TURNS times that peak, on a device with room for
+ * XS_SETTLED_ROOM times it, the workload is taken to repeat, and surplus
+ * pins may fill 1/XS_SETTLED_PIN_DIV of the room: the second pass of
+ * grow_then_split made 146 driver calls for 6,904 events with 1/128, none
+ * with 1/16 (host backend, an H100's memory).  A peak that held for a while
+ * can still rise, and pins made below it may live on to the new peak: with
+ * no room bound, llm_serving (whose live peak held at 46 % of its final
+ * one) needed 1.0109 of its peak under --lag 16 where it had needed 1.0022
+ * (docs/benchmarks.md, "Settled workloads"). */
+#define XS_SETTLE_TURNS 2
+#define XS_SETTLED_PIN_DIV 16
+#define XS_SETTLED_ROOM 4
 /* A converted chunk of more than XS_PIECE_PAGES pages becomes at most five
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing"). */

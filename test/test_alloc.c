@@ -1039,6 +1039,57 @@ XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Settled workloads (pool/expandable.h, XS_SETTLE_TURNS): once the live
+ * peak has held while the program handed out twice that peak, on a device
+ * with room for four times it, surplus pins may fill 1/16 of the room
+ * instead of 1/128.  On a 1 GiB device (budgets 8 and 64 MiB) a request over
+ * part of a free 40 MiB handle, over a surplus, pins it once the workload
+ * has settled, and converts it before, or where the peak (with `extra_mb`
+ * live throughout) is over a quarter of the room. */
+static void settled_case(size_t extra_mb, int churn, int expect_pin) {
+  XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
+  char *e = extra_mb ? xseg_malloc(extra_mb * MiB, 0, NULL) : NULL;
+  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && (e || !extra_mb));
+  XT_CHECK_EQ(xseg_free(x), 0);
+  char *y = xseg_malloc(60 * MiB, 0, NULL); /* grows: x is too small; the peak */
+  XT_REQUIRE(y);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  /* Held 102 MiB + extra for a live peak of 62 + extra: a surplus. */
+  for (int i = 0; i < churn; i++) {
+    char *s = xseg_malloc(MiB, 0, NULL); /* small pool: x and y stay as they are */
+    XT_REQUIRE(s);
+    XT_CHECK_EQ(xseg_free(s), 0);
+  }
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *q = xseg_malloc(20 * MiB, 0, NULL);
+  XT_REQUIRE(q);
+  t_fill(q, 20 * MiB, 3);
+  XT_CHECK_MSG(q >= x && q + 20 * MiB <= x + 40 * MiB, "20 MiB did not land in the free 40 MiB handle");
+  if (expect_pin) {
+    XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a settled workload converted the 20-page handle");
+    XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  } else {
+    XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "the 20-page handle was pinned beyond 1/128 of the room");
+  }
+  T_CHECK_HEAP();
+  /* Pinned or not, once q is freed everything but the live bytes is reachable. */
+  XT_CHECK_EQ(xseg_free(q), 0);
+  char *big = xseg_malloc((1024 - 2 - extra_mb) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "%zu MiB beside %zu MiB live on a 1024 MiB device: %s", 1022 - extra_mb, 2 + extra_mb,
+               xseg_last_error());
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  if (e) XT_CHECK_EQ(xseg_free(e), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(a_settled_workload_pins_more_over_a_surplus) {
+  settled_case(0, 130, 1); /* 130 MiB handed out since the peak, 63 MiB with a 1 MiB block */
+  settled_case(0, 100, 0); /* not yet settled */
+  settled_case(210, 600, 0); /* a peak of 272 MiB: over a quarter of the room */
+}
+
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
  * request whose best fit covers part of a large free handle takes fresh
  * memory when the device is roomy, holdings stay within a thirty-second
@@ -1133,6 +1184,7 @@ int main(void) {
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
+  XT_RUN(a_settled_workload_pins_more_over_a_surplus);
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
   XT_RUN(coalescing_survives_refused_calls);
