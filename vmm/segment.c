@@ -34,6 +34,7 @@ int xs_vseg_reserve(xs_vmm_t *v, xs_vseg_t *vs, size_t min_size, int tag) {
   if (size < min_size) return xs_vmm_fail(XSEG_ENOMEM, "xseg: request of %zu bytes overflows", min_size);
   memset(vs, 0, sizeof *vs);
   vs->page = page;
+  vs->shift = (unsigned)__builtin_ctzll((unsigned long long)page);
   vs->npages = size / page;
   vs->tag = tag;
   /* calloc of a large table is lazily committed by the OS: untouched pages
@@ -57,6 +58,7 @@ int xs_vseg_alloc_fixed(xs_vmm_t *v, xs_vseg_t *vs, size_t size, int tag) {
   if (rc != 0) return rc;
   vs->size = size;
   vs->page = v->gran;
+  vs->shift = (unsigned)__builtin_ctzll((unsigned long long)v->gran);
   vs->mapped = size;
   vs->tag = tag;
   vs->fixed = 1;

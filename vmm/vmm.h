@@ -101,6 +101,7 @@ struct xs_vseg_s {
   uintptr_t base;
   size_t size;
   size_t page;        /* mapping unit: the device granularity */
+  unsigned shift;     /* log2(page): page-table lookups shift, never divide */
   size_t npages;      /* on-demand ranges: entries of the page table */
   xs_chunk_t **pages; /* on-demand ranges: the chunk at each page, NULL if unmapped */
   size_t mapped;      /* bytes mapped (a fixed range: its size) */
@@ -304,7 +305,7 @@ int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max
                 uintptr_t *done);
 /* The chunk mapped at address p of an on-demand range, or NULL. */
 static inline xs_chunk_t *xs_vseg_chunk_at(const xs_vseg_t *vs, uintptr_t p) {
-  return vs->pages[(p - vs->base) / vs->page];
+  return vs->pages[(p - vs->base) >> vs->shift];
 }
 /* The first chunk lying wholly inside [a, b), or NULL. */
 xs_chunk_t *xs_vseg_chunk_within(const xs_vseg_t *vs, uintptr_t a, uintptr_t b);
