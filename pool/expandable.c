@@ -752,14 +752,36 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
 
-/* Bytes of the chunks under [x, x + size) beyond size. */
-static size_t whole_excess(const xs_vseg_t *vs, uintptr_t x, size_t size) {
-  const xs_chunk_t *lo = xs_vseg_chunk_at(vs, x), *hi = xs_vseg_chunk_at(vs, x + size - 1);
-  return hi->addr + hi->size - lo->addr - size;
+/* A place at a for `size` bytes in free block f, judged as fit_take,
+ * pins_big and whole_excess would judge it, from two page-table lookups:
+ * lo, the chunk at a (the caller's, where it has it), and the chunk
+ * holding the request's last byte, which also holds the last byte taken
+ * (a fold takes up to that chunk's end).  The bytes of the chunks under
+ * the place beyond what it takes, or SIZE_MAX if it covers a large chunk
+ * in f in part; *take set.  `fold`: fit_take may fold (large pool, not
+ * tight). */
+static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, const xs_chunk_t *lo, uintptr_t a, size_t size,
+                           int fold, size_t *take) {
+  const uintptr_t f0 = f->addr, f1 = xs_block_end(f), end = a + size;
+  const xs_chunk_t *hi = xs_vseg_chunk_at(vs, end - 1);
+  const uintptr_t hend = hi->addr + hi->size;
+  *take = size;
+  if (fold && hi->size > vs->page && hi->addr >= a && hend > end && hend - end < vs->page && hend <= f1 &&
+      hend - end <= size / XS_FOLD_DIV)
+    *take = hend - a;
+  const uintptr_t tend = a + *take;
+  const xs_chunk_t *ends[2] = {lo, hi};
+  for (int i = 0; i < 2; i++) {
+    const xs_chunk_t *c = ends[i];
+    if (c->size > vs->page && (c->addr < a || c->addr + c->size > tend) && c->addr >= f0 && c->addr + c->size <= f1)
+      return SIZE_MAX; /* would be covered in part: a conversion */
+  }
+  return hend - lo->addr - *take;
 }
 
 static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   const size_t page = d->vmm.gran;
+  const int fold = p->cls == XS_LARGE && !tight(d);
   size_t best = SIZE_MAX;
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
@@ -772,9 +794,10 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
       /* Starting here, else ending at this chunk's end. */
       const uintptr_t at[2] = {x, cend - x > size && cend - size >= f0 ? cend - size : 0};
       for (int i = 0; i < 2; i++) {
-        size_t take = at[i] ? fit_take(d, f, at[i], size) : 0;
-        if (!at[i] || pins_big(d, f, at[i], take)) continue;
-        size_t e = whole_excess(vs, at[i], take);
+        if (!at[i]) continue;
+        size_t take;
+        const xs_chunk_t *lo = i == 0 ? c : xs_vseg_chunk_at(vs, at[i]);
+        size_t e = place_excess(vs, f, lo, at[i], size, fold, &take);
         if (e < best) {
           best = e;
           *out = (xs_fit_t){f, at[i], take, NULL, 0};
