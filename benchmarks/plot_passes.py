@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """The passes plot for docs/benchmarks.md, as SVG (no plotting library).
 
-    python3 benchmarks/plot_passes.py [RESULTS_DIR [OUT [PREFIX]]]
+    python3 benchmarks/plot_passes.py [RESULTS_DIR [OUT [PREFIX [MACHINE]]]]
 
 Reads PREFIX-{native,expandable,xseg}.json (PREFIX: gpu-h100-torch-passes)
 from RESULTS_DIR (default benchmarks/results; written by
 test/gpu/torch_passes.py), and PREFIX-xseg-base.json (xseg before a change) where there is one,
 and writes OUT (default docs/img/passes.svg): for each trace, microseconds
 per event through PyTorch from an empty allocator and on the warm second
-pass, one bar per allocator.
+pass, one bar per allocator.  MACHINE names the GPU and torch in the titles
+(default "H100, torch 2.11").
 """
 import json
 import os
@@ -63,11 +64,16 @@ def panel(runs, allocs, key, title, y0, width, height):
 def main():
     results = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"
     out_path = sys.argv[2] if len(sys.argv) > 2 else "docs/img/passes.svg"
-    runs, allocs = load(results, sys.argv[3] if len(sys.argv) > 3 else "gpu-h100-torch-passes")
+    prefix = sys.argv[3] if len(sys.argv) > 3 else "gpu-h100-torch-passes"
+    try:
+        runs, allocs = load(results, prefix)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit("plot_passes: cannot read %s-*.json in %s: %s" % (prefix, results, e))
+    machine = sys.argv[4] if len(sys.argv) > 4 else "H100, torch 2.11"
     width, height = 900, 330
     body = []
     for n, (key, title) in enumerate(PASSES):
-        body += panel(runs, allocs, key, "Trace replay through PyTorch, %s (H100, torch 2.11)" % title, n * height, width,
+        body += panel(runs, allocs, key, "Trace replay through PyTorch, %s (%s)" % (title, machine), n * height, width,
                       height)
     legend_y = 2 * height + 10
     for k, (_, color, label) in enumerate(allocs):
