@@ -446,6 +446,16 @@ XT_TEST(busy_handles_are_not_pinned_beyond_the_budget) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* n bytes from xseg, filled with `fill`, checked to lie inside the free
+ * handle of `span` bytes at h (NULL if the allocation failed). */
+static char *alloc_in(size_t n, const char *h, size_t span, int fill) {
+  char *p = xseg_malloc(n, 0, NULL);
+  if (!p) return NULL;
+  t_fill(p, n, fill);
+  XT_CHECK_MSG(p >= h && p + n <= h + span, "%zu MiB did not land in the free %zu MiB handle", n / MiB, span / MiB);
+  return p;
+}
+
 /* A block put in the free part of a pinned chunk would carry the pin on
  * after the block that made it is freed (pool/expandable.h, XS_GUEST_*):
  * a request whose best fit lies there goes to another free block up to
@@ -785,10 +795,8 @@ XT_TEST(small_idle_handles_are_pinned_within_the_budget) {
   XT_REQUIRE(keep && x && y && x2 && y2);
   XT_CHECK_EQ(xseg_free(x), 0);
   long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
-  char *a = xseg_malloc(4 * MiB, 0, NULL);
+  char *a = alloc_in(4 * MiB, x, 12 * MiB, 5);
   XT_REQUIRE(a);
-  t_fill(a, 4 * MiB, 5);
-  XT_CHECK_MSG(a >= x && a + 4 * MiB <= x + 12 * MiB, "4 MiB did not land in the free 12 MiB handle");
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a small idle handle was converted, not pinned");
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   /* A second small handle would take pins to 26 MiB: not pinned.  (The 8
@@ -832,10 +840,8 @@ XT_TEST(memory_held_by_others_counts_against_plenty) {
   XT_REQUIRE(keep && x && y);
   XT_CHECK_EQ(xseg_free(x), 0);
   long long conv = t_stat(0, "num_conversions");
-  char *a = xseg_malloc(4 * MiB, 0, NULL);
+  char *a = alloc_in(4 * MiB, x, 12 * MiB, 8);
   XT_REQUIRE(a);
-  t_fill(a, 4 * MiB, 8);
-  XT_CHECK_MSG(a >= x && a + 4 * MiB <= x + 12 * MiB, "4 MiB did not land in the free 12 MiB handle");
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1,
                "16 of the 18 MiB the others left are held: the handle was pinned as if memory were plentiful");
   T_CHECK_HEAP();
@@ -1002,25 +1008,19 @@ XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
   XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 136 * MiB);
   conv = t_stat(0, "num_conversions");
   long long creates = t_stat(0, "num_device_alloc");
-  char *q = xseg_malloc(20 * MiB, 0, NULL);
+  char *q = alloc_in(20 * MiB, x, 40 * MiB, 4);
   XT_REQUIRE(q);
-  t_fill(q, 20 * MiB, 4);
-  XT_CHECK_MSG(q >= x && q + 20 * MiB <= x + 40 * MiB, "20 MiB did not land in the free 40 MiB handle");
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "over a surplus the 20-page handle was converted, not pinned");
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   /* y's 30-page handle would take surplus pins to 100 MiB: converted. */
-  char *r = xseg_malloc(44 * MiB, 0, NULL);
+  char *r = alloc_in(44 * MiB, y, 60 * MiB, 5);
   XT_REQUIRE(r);
-  t_fill(r, 44 * MiB, 5);
-  XT_CHECK_MSG(r >= y && r + 44 * MiB <= y + 60 * MiB, "44 MiB did not land in the free 60 MiB handle");
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a surplus pin went beyond its budget");
   /* The small pins' budget is not the surplus one: s's 16-page handle is
    * still pinned (40 + 32 MiB would exceed one budget of 64). */
   XT_CHECK_EQ(xseg_free(s), 0);
-  char *t = xseg_malloc(26 * MiB, 0, NULL);
+  char *t = alloc_in(26 * MiB, s, 32 * MiB, 6);
   XT_REQUIRE(t);
-  t_fill(t, 26 * MiB, 6);
-  XT_CHECK_MSG(t >= s && t + 26 * MiB <= s + 32 * MiB, "26 MiB did not land in the free 32 MiB handle");
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a small pin was refused for the surplus pins' bytes");
   XT_CHECK(t_verify(q, 20 * MiB, 4));
   T_CHECK_HEAP();
@@ -1062,10 +1062,8 @@ static void settled_case(size_t extra_mb, int churn, int expect_pin) {
     XT_CHECK_EQ(xseg_free(s), 0);
   }
   long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
-  char *q = xseg_malloc(20 * MiB, 0, NULL);
+  char *q = alloc_in(20 * MiB, x, 40 * MiB, 3);
   XT_REQUIRE(q);
-  t_fill(q, 20 * MiB, 3);
-  XT_CHECK_MSG(q >= x && q + 20 * MiB <= x + 40 * MiB, "20 MiB did not land in the free 40 MiB handle");
   if (expect_pin) {
     XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a settled workload converted the 20-page handle");
     XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
