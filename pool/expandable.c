@@ -531,7 +531,8 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
 static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
   /* Only chunks at the two ends of the placement can be covered in part,
    * and only chunks wholly inside f hold no data: a chunk that reaches
-   * into a neighbour is pinned by it already, and cannot be converted. */
+   * into a neighbour is pinned by it already, and cannot be converted.
+   * place_excess makes the same test inside the whole-chunk search. */
   const xs_segment_t *seg = f->seg;
   size_t page = seg->vs.page;
   uintptr_t end = addr + size;
@@ -727,7 +728,8 @@ static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c,
  * covers but for the rest of the chunk's last page, if that rest is at
  * most 1/XS_FOLD_DIV of the request.  This is the fold of growth (see
  * grow()) met again: a repeated request lands on the chunk its earlier
- * self folded, and takes it whole instead of converting it. */
+ * self folded, and takes it whole instead of converting it.
+ * place_excess makes the same test inside the whole-chunk search. */
 static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size) {
   const xs_vseg_t *vs = &f->seg->vs;
   const uintptr_t end = addr + size;
@@ -752,8 +754,9 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
 
-/* A place at a for `size` bytes in free block f, judged as fit_take,
- * pins_big and whole_excess would judge it, from two page-table lookups:
+/* A place at a for `size` bytes in free block f, judged as fit_take and
+ * pins_big judge it (a change to either belongs here too; the decisions
+ * were checked equal on every shipped trace), from two page-table lookups:
  * lo, the chunk at a (the caller's, where it has it), and the chunk
  * holding the request's last byte, which also holds the last byte taken
  * (a fold takes up to that chunk's end).  The bytes of the chunks under
