@@ -533,15 +533,13 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
    * and only chunks wholly inside f hold no data: a chunk that reaches
    * into a neighbour is pinned by it already, and cannot be converted.
    * place_excess makes the same test inside the whole-chunk search. */
-  const xs_segment_t *seg = f->seg;
-  size_t page = seg->vs.page;
-  uintptr_t end = addr + size;
-  uintptr_t ends[2] = {addr, end - 1};
-  int shift = __builtin_ctzll((unsigned long long)page);
+  const xs_vseg_t *vs = &f->seg->vs;
+  const uintptr_t end = addr + size;
+  const uintptr_t ends[2] = {addr, end - 1};
   (void)d;
   for (int i = 0; i < 2; i++) {
-    xs_chunk_t *c = seg->vs.pages[(ends[i] - seg->vs.base) >> shift];
-    if (c && c->size > page && (c->addr < addr || c->addr + c->size > end) && c->addr >= f->addr &&
+    xs_chunk_t *c = xs_vseg_chunk_at(vs, ends[i]);
+    if (c && c->size > vs->page && (c->addr < addr || c->addr + c->size > end) && c->addr >= f->addr &&
         c->addr + c->size <= xs_block_end(f))
       return c;
   }

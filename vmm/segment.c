@@ -260,10 +260,9 @@ static int chunk_for(xs_vmm_t *v, size_t lim, size_t new_max, xs_chunk_t **out) 
 
 int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max_chunk, size_t new_max,
                 uintptr_t *done) {
-  size_t page = vs->page;
   /* A chunk stuck at these addresses would make the map below fail. */
   if (v->stuck) xs_vmm_unstick(v);
-  xs_assert_internal(a % page == 0 && b % page == 0 && a >= vs->base && b <= vs->base + vs->size);
+  xs_assert_internal(a % vs->page == 0 && b % vs->page == 0 && a >= vs->base && b <= vs->base + vs->size);
   int rc = 0;
   uintptr_t x = a;
   while (x < b) {
@@ -286,8 +285,8 @@ int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max
       v->st.num_remaps++;
       c->moved = 0;
     }
-    size_t first = (x - vs->base) / page;
-    for (size_t i = 0; i < c->size / page; i++) vs->pages[first + i] = c;
+    size_t first = (x - vs->base) >> vs->shift;
+    for (size_t i = 0; i < c->size >> vs->shift; i++) vs->pages[first + i] = c;
     vs->mapped += c->size;
     x += c->size;
   }
@@ -299,7 +298,7 @@ xs_chunk_t *xs_vseg_chunk_within(const xs_vseg_t *vs, uintptr_t a, uintptr_t b) 
   size_t page = vs->page;
   uintptr_t x = xs_round_up(a - vs->base, page) + vs->base;
   while (x + page <= b) {
-    xs_chunk_t *c = vs->pages[(x - vs->base) / page];
+    xs_chunk_t *c = xs_vseg_chunk_at(vs, x);
     if (!c) {
       x += page;
       continue;
@@ -314,8 +313,8 @@ int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c) {
   uintptr_t addr = c->addr;
   int rc = xs_vmm_unmap(v, c);
   if (rc != 0) return rc;
-  size_t first = (addr - vs->base) / vs->page;
-  for (size_t i = 0; i < c->size / vs->page; i++) vs->pages[first + i] = NULL;
+  size_t first = (addr - vs->base) >> vs->shift;
+  for (size_t i = 0; i < c->size >> vs->shift; i++) vs->pages[first + i] = NULL;
   vs->mapped -= c->size;
   c->moved = 1;
   cache_put(v, c);
