@@ -35,8 +35,12 @@ static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t
   size_t page = seg->vs.page;
   size_t mapped = 0;
   for (size_t i = 0; i < seg->vs.npages;) {
-    xs_chunk_t *c = seg->vs.pages[i];
+    const xs_pte_t *e = &seg->vs.pages[i];
+    xs_chunk_t *c = e->chunk;
     if (!c) {
+      if (e->npages != 0 || e->first != 0)
+        BAD("xseg: check: device %d: unmapped page at %#lx has a chunk's place", d->id,
+            (unsigned long)(seg->vs.base + i * page));
       i++;
       continue;
     }
@@ -44,7 +48,8 @@ static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t
     if (c->vs != &seg->vs || c->addr != at || c->size == 0 || c->size % page != 0)
       BAD("xseg: check: device %d: chunk at %#lx disagrees with the page table", d->id, (unsigned long)at);
     for (size_t k = 0; k < c->size / page; k++) {
-      if (i + k >= seg->vs.npages || seg->vs.pages[i + k] != c)
+      if (i + k >= seg->vs.npages || seg->vs.pages[i + k].chunk != c || seg->vs.pages[i + k].first != i ||
+          (size_t)seg->vs.pages[i + k].npages << seg->vs.shift != c->size)
         BAD("xseg: check: device %d: chunk at %#lx does not cover its pages", d->id, (unsigned long)at);
     }
     mapped += c->size;
@@ -65,7 +70,7 @@ static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t
 static int pages_are(const xs_segment_t *seg, uintptr_t a, uintptr_t b, int want) {
   size_t first = (a - seg->vs.base) / seg->vs.page, last = (b - 1 - seg->vs.base) / seg->vs.page;
   for (size_t i = first; i <= last; i++)
-    if ((seg->vs.pages[i] != NULL) != want) return 0;
+    if ((seg->vs.pages[i].chunk != NULL) != want) return 0;
   return 1;
 }
 

@@ -227,9 +227,8 @@ static int span_converts(const xs_segment_t *seg, uintptr_t lo, uintptr_t hi, ui
   const xs_vseg_t *vs = &seg->vs;
   const uintptr_t ends[2] = {x, x + size - 1};
   for (int i = 0; i < 2; i++) {
-    const xs_chunk_t *c = xs_vseg_chunk_at(vs, ends[i]);
-    if (c && c->size > vs->page && (c->addr < x || c->addr + c->size > x + size) && c->addr >= lo &&
-        c->addr + c->size <= hi)
+    const xs_extent_t c = xs_vseg_extent_at(vs, ends[i]);
+    if (c.size > vs->page && (c.addr < x || c.addr + c.size > x + size) && c.addr >= lo && c.addr + c.size <= hi)
       return 1;
   }
   return 0;
@@ -538,10 +537,10 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   const uintptr_t ends[2] = {addr, end - 1};
   (void)d;
   for (int i = 0; i < 2; i++) {
-    xs_chunk_t *c = xs_vseg_chunk_at(vs, ends[i]);
-    if (c && c->size > vs->page && (c->addr < addr || c->addr + c->size > end) && c->addr >= f->addr &&
-        c->addr + c->size <= xs_block_end(f))
-      return c;
+    const xs_extent_t c = xs_vseg_extent_at(vs, ends[i]);
+    if (c.size > vs->page && (c.addr < addr || c.addr + c.size > end) && c.addr >= f->addr &&
+        c.addr + c.size <= xs_block_end(f))
+      return xs_vseg_chunk_at(vs, ends[i]);
   }
   return NULL;
 }
@@ -732,9 +731,9 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
   const xs_vseg_t *vs = &f->seg->vs;
   const uintptr_t end = addr + size;
   if (f->seg->pool->cls != XS_LARGE || tight(d)) return size;
-  const xs_chunk_t *c = xs_vseg_chunk_at(vs, end - 1);
-  const uintptr_t cend = c->addr + c->size;
-  if (c->size > vs->page && c->addr >= addr && cend > end && cend - end < vs->page && cend <= xs_block_end(f) &&
+  const xs_extent_t c = xs_vseg_extent_at(vs, end - 1);
+  const uintptr_t cend = c.addr + c.size;
+  if (c.size > vs->page && c.addr >= addr && cend > end && cend - end < vs->page && cend <= xs_block_end(f) &&
       cend - end <= size / XS_FOLD_DIV)
     return cend - addr;
   return size;
@@ -761,23 +760,23 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
  * the place beyond what it takes, or SIZE_MAX if it covers a large chunk
  * in f in part; *take set.  `fold`: fit_take may fold (large pool, not
  * tight). */
-static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, const xs_chunk_t *lo, uintptr_t a, size_t size,
+static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t lo, uintptr_t a, size_t size,
                            int fold, size_t *take) {
   const uintptr_t f0 = f->addr, f1 = xs_block_end(f), end = a + size;
-  const xs_chunk_t *hi = xs_vseg_chunk_at(vs, end - 1);
-  const uintptr_t hend = hi->addr + hi->size;
+  const xs_extent_t hi = xs_vseg_extent_at(vs, end - 1);
+  const uintptr_t hend = hi.addr + hi.size;
   *take = size;
-  if (fold && hi->size > vs->page && hi->addr >= a && hend > end && hend - end < vs->page && hend <= f1 &&
+  if (fold && hi.size > vs->page && hi.addr >= a && hend > end && hend - end < vs->page && hend <= f1 &&
       hend - end <= size / XS_FOLD_DIV)
     *take = hend - a;
   const uintptr_t tend = a + *take;
-  const xs_chunk_t *ends[2] = {lo, hi};
+  const xs_extent_t ends[2] = {lo, hi};
   for (int i = 0; i < 2; i++) {
-    const xs_chunk_t *c = ends[i];
-    if (c->size > vs->page && (c->addr < a || c->addr + c->size > tend) && c->addr >= f0 && c->addr + c->size <= f1)
+    const xs_extent_t c = ends[i];
+    if (c.size > vs->page && (c.addr < a || c.addr + c.size > tend) && c.addr >= f0 && c.addr + c.size <= f1)
       return SIZE_MAX; /* would be covered in part: a conversion */
   }
-  return hend - lo->addr - *take;
+  return hend - lo.addr - *take;
 }
 
 static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
@@ -790,14 +789,14 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
     const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
     uintptr_t x = f0;
     for (int k = 0; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
-      const xs_chunk_t *c = xs_vseg_chunk_at(vs, x);
-      const uintptr_t cend = c->addr + c->size;
+      const xs_extent_t c = xs_vseg_extent_at(vs, x);
+      const uintptr_t cend = c.addr + c.size;
       /* Starting here, else ending at this chunk's end. */
       const uintptr_t at[2] = {x, cend - x > size && cend - size >= f0 ? cend - size : 0};
       for (int i = 0; i < 2; i++) {
         if (!at[i]) continue;
         size_t take;
-        const xs_chunk_t *lo = i == 0 ? c : xs_vseg_chunk_at(vs, at[i]);
+        const xs_extent_t lo = i == 0 ? c : xs_vseg_extent_at(vs, at[i]);
         size_t e = place_excess(vs, f, lo, at[i], size, fold, &take);
         if (e < best) {
           best = e;
@@ -858,8 +857,8 @@ static int in_pinned(const xs_block_t *f, uintptr_t a, size_t n) {
   const xs_vseg_t *vs = &f->seg->vs;
   const uintptr_t ends[2] = {a, a + n - 1};
   for (int i = 0; i < 2; i++) {
-    const xs_chunk_t *c = xs_vseg_chunk_at(vs, ends[i]);
-    if (c && c->size > vs->page && (c->addr < f->addr || c->addr + c->size > xs_block_end(f))) return 1;
+    const xs_extent_t c = xs_vseg_extent_at(vs, ends[i]);
+    if (c.size > vs->page && (c.addr < f->addr || c.addr + c.size > xs_block_end(f))) return 1;
   }
   return 0;
 }

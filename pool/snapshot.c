@@ -36,12 +36,12 @@ size_t xs_snapshot_device(xs_device_t *d, char *buf, size_t len) {
         } else {
           int firstpage = 1;
           for (size_t p = 0; p < seg->vs.npages;) {
-            xs_chunk_t *c = seg->vs.pages[p];
+            xs_chunk_t *c = seg->vs.pages[p].chunk;
             size_t n = 1;
             if (c)
               n = c->size / seg->vs.page;
             else
-              while (p + n < seg->vs.npages && !seg->vs.pages[p + n]) n++;
+              while (p + n < seg->vs.npages && !seg->vs.pages[p + n].chunk) n++;
             xs_sbuf_put(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":%s}", firstpage ? "" : ",",
                  seg->vs.base + p * seg->vs.page, n * seg->vs.page, c ? "true" : "false");
             firstpage = 0;

@@ -260,7 +260,7 @@ static size_t pinned_pages(void) {
       for (xs_segment_t *seg = g_dev->streams[i]->pools[k].segs; seg; seg = seg->next) {
         if (seg->binned) continue;
         for (size_t pg = 0; pg < seg->vs.npages;) {
-          xs_chunk_t *c = seg->vs.pages[pg];
+          xs_chunk_t *c = seg->vs.pages[pg].chunk;
           if (!c) {
             pg++;
             continue;

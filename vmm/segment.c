@@ -36,6 +36,8 @@ int xs_vseg_reserve(xs_vmm_t *v, xs_vseg_t *vs, size_t min_size, int tag) {
   vs->page = page;
   vs->shift = (unsigned)__builtin_ctzll((unsigned long long)page);
   vs->npages = size / page;
+  if (vs->npages > UINT32_MAX)
+    return xs_vmm_fail(XSEG_ENOMEM, "xseg: a range of %zu pages is more than a page table holds", vs->npages);
   vs->tag = tag;
   /* calloc of a large table is lazily committed by the OS: untouched pages
    * of the table cost nothing. */
@@ -285,8 +287,8 @@ int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max
       v->st.num_remaps++;
       c->moved = 0;
     }
-    size_t first = (x - vs->base) >> vs->shift;
-    for (size_t i = 0; i < c->size >> vs->shift; i++) vs->pages[first + i] = c;
+    const size_t first = (x - vs->base) >> vs->shift, n = c->size >> vs->shift;
+    for (size_t i = 0; i < n; i++) vs->pages[first + i] = (xs_pte_t){c, (uint32_t)first, (uint32_t)n};
     vs->mapped += c->size;
     x += c->size;
   }
@@ -313,8 +315,8 @@ int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c) {
   uintptr_t addr = c->addr;
   int rc = xs_vmm_unmap(v, c);
   if (rc != 0) return rc;
-  size_t first = (addr - vs->base) >> vs->shift;
-  for (size_t i = 0; i < c->size >> vs->shift; i++) vs->pages[first + i] = NULL;
+  const size_t first = (addr - vs->base) >> vs->shift, n = c->size >> vs->shift;
+  for (size_t i = 0; i < n; i++) vs->pages[first + i] = (xs_pte_t){NULL, 0, 0};
   vs->mapped -= c->size;
   c->moved = 1;
   cache_put(v, c);
@@ -324,7 +326,7 @@ int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c) {
 int xs_vseg_set_access(xs_vmm_t *v, const xs_vseg_t *vs) {
   if (vs->fixed) return 0;
   for (size_t pg = 0; pg < vs->npages;) {
-    xs_chunk_t *c = vs->pages[pg];
+    xs_chunk_t *c = vs->pages[pg].chunk;
     if (!c) {
       pg++;
       continue;

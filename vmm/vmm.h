@@ -97,13 +97,28 @@ struct xs_chunk_s {
   int fd;              /* exported as a POSIX descriptor (xs_vmm_export), else -1 */
 };
 
+/* One page of an on-demand range: the chunk mapped there, and that chunk's
+ * place (its first page and page count) kept beside it, so that searches
+ * over many chunks read the table and never the chunks themselves. */
+typedef struct xs_pte_s {
+  xs_chunk_t *chunk; /* NULL if unmapped */
+  uint32_t first;    /* the chunk's first page */
+  uint32_t npages;   /* its pages; 0 if unmapped */
+} xs_pte_t;
+
+/* Where a chunk lies: its address and size; size 0 where nothing is mapped. */
+typedef struct xs_extent_s {
+  uintptr_t addr;
+  size_t size;
+} xs_extent_t;
+
 struct xs_vseg_s {
   uintptr_t base;
   size_t size;
   size_t page;        /* mapping unit: the device granularity */
   unsigned shift;     /* log2(page): page-table lookups shift, never divide */
   size_t npages;      /* on-demand ranges: entries of the page table */
-  xs_chunk_t **pages; /* on-demand ranges: the chunk at each page, NULL if unmapped */
+  xs_pte_t *pages;    /* on-demand ranges: each page's entry (at most 2^32 pages) */
   size_t mapped;      /* bytes mapped (a fixed range: its size) */
   int tag;            /* 0 or 1: the class its bytes are counted under */
   int fixed;          /* 1: one cuMemAlloc, mapped for its life */
@@ -305,7 +320,12 @@ int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max
                 uintptr_t *done);
 /* The chunk mapped at address p of an on-demand range, or NULL. */
 static inline xs_chunk_t *xs_vseg_chunk_at(const xs_vseg_t *vs, uintptr_t p) {
-  return vs->pages[(p - vs->base) >> vs->shift];
+  return vs->pages[(p - vs->base) >> vs->shift].chunk;
+}
+/* Where the chunk mapped at address p lies, from the page table alone. */
+static inline xs_extent_t xs_vseg_extent_at(const xs_vseg_t *vs, uintptr_t p) {
+  const xs_pte_t *e = &vs->pages[(p - vs->base) >> vs->shift];
+  return (xs_extent_t){vs->base + ((uintptr_t)e->first << vs->shift), (size_t)e->npages << vs->shift};
 }
 /* The first chunk lying wholly inside [a, b), or NULL. */
 xs_chunk_t *xs_vseg_chunk_within(const xs_vseg_t *vs, uintptr_t a, uintptr_t b);

@@ -305,8 +305,8 @@ static void leave_mapped_segments(void) {
         __lsan_ignore_object(seg);
         __lsan_ignore_object(seg->vs.pages);
         for (size_t pg = 0; pg < seg->vs.npages; pg++)
-          if (seg->vs.pages[pg] && (pg == 0 || seg->vs.pages[pg - 1] != seg->vs.pages[pg]))
-            __lsan_ignore_object(seg->vs.pages[pg]);
+          if (seg->vs.pages[pg].chunk && (pg == 0 || seg->vs.pages[pg - 1].chunk != seg->vs.pages[pg].chunk))
+            __lsan_ignore_object(seg->vs.pages[pg].chunk);
       }
 #endif
 }
