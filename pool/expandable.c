@@ -779,16 +779,42 @@ static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t
   return hend - lo.addr - *take;
 }
 
+/* What a block's search depends on - its bounds, the request, the fold
+ * rule and the device's chunk layout - hashed, with the low bits left for
+ * the steps it took (at most WHOLE_FIT_CHUNKS).  A block that had no place
+ * for a request keeps this (xs_block_t.no_fit), and the next search for
+ * that request skips it while nothing of it changed: repeating shapes
+ * otherwise walk the same chunks of the same blocks at every step.  A
+ * collision (about 2^-54) would skip a block that has a place, which only
+ * makes the search find another. */
+#define NO_FIT_STEPS 1023u
+static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t size, int fold) {
+  uint64_t h = (uint64_t)f->addr * 0x9e3779b97f4a7c15ull;
+  h ^= (uint64_t)f->size + 0x632be59bd9b4e019ull * (uint64_t)size;
+  h ^= (d->vmm.layout << 1 | (uint64_t)fold) * 0xc2b2ae3d27d4eb4full;
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 29;
+  return h & ~(uint64_t)NO_FIT_STEPS;
+}
+
 static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
   size_t best = SIZE_MAX;
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
+    const uint64_t key = no_fit_key(d, f, size, fold);
+    const int known = (f->no_fit & ~(uint64_t)NO_FIT_STEPS) == key;
+    if (known && !XS_DEBUG_CHECKS) { /* debug builds walk it anyway, and check the memo below */
+      steps += (int)(f->no_fit & NO_FIT_STEPS);
+      continue;
+    }
     const xs_vseg_t *vs = &f->seg->vs;
     const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
     uintptr_t x = f0;
-    for (int k = 0; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
+    int k = 0, placed = 0;
+    for (; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
       const xs_extent_t c = xs_vseg_extent_at(vs, x);
       const uintptr_t cend = c.addr + c.size;
       /* Starting here, else ending at this chunk's end. */
@@ -798,6 +824,7 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
         size_t take;
         const xs_extent_t lo = i == 0 ? c : xs_vseg_extent_at(vs, at[i]);
         size_t e = place_excess(vs, f, lo, at[i], size, fold, &take);
+        placed |= e != SIZE_MAX;
         if (e < best) {
           best = e;
           *out = (xs_fit_t){f, at[i], take, NULL, 0};
@@ -806,6 +833,8 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
       }
       x = cend;
     }
+    xs_assert_internal(!known || (!placed && (uint64_t)k == (f->no_fit & NO_FIT_STEPS)));
+    if (!placed) f->no_fit = key | (uint64_t)k;
   }
   return best != SIZE_MAX;
 }

@@ -19,8 +19,10 @@ void xs_assert_fail(const char *expr, const char *file, int line) __attribute__(
 #define xs_assert(e) ((e) ? (void)0 : xs_assert_fail(#e, __FILE__, __LINE__))
 #if defined(XSEG_DEBUG_CHECKS)
 #define xs_assert_internal(e) xs_assert(e)
+#define XS_DEBUG_CHECKS 1
 #else
 #define xs_assert_internal(e) ((void)0)
+#define XS_DEBUG_CHECKS 0
 #endif
 
 /* ---- rounding -------------------------------------------------------------- */

@@ -290,6 +290,7 @@ int xs_vseg_map(xs_vmm_t *v, xs_vseg_t *vs, uintptr_t a, uintptr_t b, size_t max
     const size_t first = (x - vs->base) >> vs->shift, n = c->size >> vs->shift;
     for (size_t i = 0; i < n; i++) vs->pages[first + i] = (xs_pte_t){c, (uint32_t)first, (uint32_t)n};
     vs->mapped += c->size;
+    v->layout++;
     x += c->size;
   }
   *done = x;
@@ -318,6 +319,7 @@ int xs_vseg_unmap_chunk(xs_vmm_t *v, xs_vseg_t *vs, xs_chunk_t *c) {
   const size_t first = (addr - vs->base) >> vs->shift, n = c->size >> vs->shift;
   for (size_t i = 0; i < n; i++) vs->pages[first + i] = (xs_pte_t){NULL, 0, 0};
   vs->mapped -= c->size;
+  v->layout++;
   c->moved = 1;
   cache_put(v, c);
   return 0;

@@ -144,6 +144,7 @@ typedef struct xs_vmm_s {
   char name[96];                 /* the device's name */
   int peers[XS_VMM_MAX_PEERS];   /* devices given access besides dev */
   int npeers;
+  uint64_t layout;               /* changes whenever a chunk is mapped or unmapped in any range */
   xs_chunk_t *cache;             /* unmapped chunks held, ready to map */
   size_t cache_bytes, cache_count;
   xs_chunk_t *stuck;             /* mapped without access, the undo unmap refused: retried */
