@@ -64,7 +64,6 @@ struct xs_block_s {
   xs_segment_t *seg;
   xs_rbnode_t node;       /* free-set node (free blocks only) */
   uint64_t free_seq;      /* stream free sequence of the latest free folded in */
-  uint64_t no_fit;        /* free: a request this block had no whole-chunk place for (expandable.c) */
   uint64_t alone_since;   /* live: the free (xs_device_t.large_frees) that left it alone on a page it
                              shared with that block, 0: none (expandable.c, exp_note_free) */
   uint64_t trace_id;      /* live: id in the trace file */

@@ -780,13 +780,17 @@ static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t
 }
 
 /* What a block's search depends on - its bounds, the request, the fold
- * rule and the device's chunk layout - hashed, with the low bits left for
- * the steps it took (at most WHOLE_FIT_CHUNKS).  A block that had no place
- * for a request keeps this (xs_block_t.no_fit), and the next search for
- * that request skips it while nothing of it changed: repeating shapes
- * otherwise walk the same chunks of the same blocks at every step.  A
- * collision (about 2^-54) would skip a block that has a place, which only
- * makes the search find another. */
+ * rule and the device's chunk layout (vmm.layout counts every map and
+ * unmap) - hashed, with the low bits left for the steps it took (at most
+ * WHOLE_FIT_CHUNKS).  Where a walk finds no place at all, the search keeps
+ * this in d->no_fit, in a slot picked by the hash, and the next search for
+ * that request skips the block while nothing of it changed: repeating
+ * shapes otherwise walk the same chunks of the same blocks at every step,
+ * and a training step asks for several sizes in turn (4,096 slots left
+ * torch_gpt2s_train's warm passes a tenth of the steps in blocks without a
+ * place; one memo per block, a third).  A collision of the stored bits
+ * (about 2^-54) would skip a block that has a place, which only makes the
+ * search find another. */
 #define NO_FIT_STEPS 1023u
 static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t size, int fold) {
   uint64_t h = (uint64_t)f->addr * 0x9e3779b97f4a7c15ull;
@@ -798,16 +802,17 @@ static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t siz
   return h & ~(uint64_t)NO_FIT_STEPS;
 }
 
-static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
+static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
   size_t best = SIZE_MAX;
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
     const uint64_t key = no_fit_key(d, f, size, fold);
-    const int known = (f->no_fit & ~(uint64_t)NO_FIT_STEPS) == key;
+    uint64_t *memo = &d->no_fit[(key >> 10) & (XS_NO_FIT_SLOTS - 1)];
+    const int known = (*memo & ~(uint64_t)NO_FIT_STEPS) == key;
     if (known && !XS_DEBUG_CHECKS) { /* debug builds walk it anyway, and check the memo below */
-      steps += (int)(f->no_fit & NO_FIT_STEPS);
+      steps += (int)(*memo & NO_FIT_STEPS);
       continue;
     }
     const xs_vseg_t *vs = &f->seg->vs;
@@ -833,8 +838,8 @@ static int whole_chunk_fit(const xs_device_t *d, xs_pool_t *p, size_t size, xs_f
       }
       x = cend;
     }
-    xs_assert_internal(!known || (!placed && (uint64_t)k == (f->no_fit & NO_FIT_STEPS)));
-    if (!placed) f->no_fit = key | (uint64_t)k;
+    xs_assert_internal(!known || (!placed && (uint64_t)k == (*memo & NO_FIT_STEPS)));
+    if (!placed) *memo = key | (uint64_t)k;
   }
   return best != SIZE_MAX;
 }
