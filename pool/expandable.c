@@ -792,6 +792,7 @@ static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t
  * (about 2^-54) would skip a block that has a place, which only makes the
  * search find another. */
 #define NO_FIT_STEPS 1023u
+_Static_assert(WHOLE_FIT_CHUNKS <= NO_FIT_STEPS, "a block's steps must fit under the hash");
 static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t size, int fold) {
   uint64_t h = (uint64_t)f->addr * 0x9e3779b97f4a7c15ull;
   h ^= (uint64_t)f->size + 0x632be59bd9b4e019ull * (uint64_t)size;
@@ -809,7 +810,7 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
     const uint64_t key = no_fit_key(d, f, size, fold);
-    uint64_t *memo = &d->no_fit[(key >> 10) & (XS_NO_FIT_SLOTS - 1)];
+    uint64_t *memo = &d->no_fit[(key / (NO_FIT_STEPS + 1)) & (XS_NO_FIT_SLOTS - 1)];
     const int known = (*memo & ~(uint64_t)NO_FIT_STEPS) == key;
     if (known && !XS_DEBUG_CHECKS) { /* debug builds walk it anyway, and check the memo below */
       steps += (int)(*memo & NO_FIT_STEPS);
