@@ -57,9 +57,12 @@
 typedef enum alloc_kind_e { AK_XSEG_EXP, AK_XSEG_BIN, AK_CUDAMALLOC, AK_MALLOCASYNC, AK__COUNT } alloc_kind_t;
 static const char *const ak_names[AK__COUNT] = {"xseg", "xseg-binned", "cudaMalloc", "cudaMallocAsync"};
 
+#define MAX_PASSES 16
+
 typedef struct opts_s {
   int gpu; /* run on the CUDA backend */
   int quick;
+  int npasses;        /* passes: replays of each trace (0: 2) */
   const char *json;
   const char *traces; /* directory of shipped traces */
   unsigned skip;      /* frag: allocators left out (bit per alloc_kind_t) */
@@ -97,6 +100,8 @@ static void help(void) {
          "  frag [TRACE...]   min-budget overhead of each trace (default: every trace in --traces)\n"
          "  replay TRACE      replay one trace through xseg and print its statistics\n"
          "  timeline TRACE    memory over time for one trace (host backend), for plot.py\n"
+         "  passes [TRACE...] each trace replayed --passes times in one process, from empty then warm:\n"
+         "                    time per event and driver calls of each pass (default: every trace)\n"
          "  A TRACE is a file, or a name the tables print: logrand is DIR/logrand.trace.\n"
          "\n"
          "Options (--opt VALUE or --opt=VALUE; anywhere on the line; -- ends them):\n"
@@ -116,6 +121,7 @@ static void help(void) {
          "  --model h100         host backend: time replays as an H100 would take them: each driver\n"
          "                       call costs what it costs there, and creates wait out the scrub of\n"
          "                       just-released memory as its driver does (vmm/host_backend.h)\n"
+         "  --passes N           passes: replay each trace N times (2..16, default 2)\n"
          "  -h, --help           this text\n"
          "\n"
          "Configuration: every xseg run merges these, key by key, each over the ones before it:\n"
@@ -540,10 +546,11 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
   return fails ? 1 : 0;
 }
 
-/* Each trace twice in one process (from empty, then warm) with room to
- * spare: time per event and the driver work of each pass. */
+/* Each trace o->npasses times in one process (from empty, then warm) with
+ * room to spare: time per event and the driver work of each pass. */
 static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
-  printf("\n== passes: each trace twice in one process, room to spare (%s",
+  const int npasses = o->npasses ? o->npasses : 2;
+  printf("\n== passes: each trace %d times in one process, room to spare (%s", npasses,
          o->gpu ? "GPU" : "host backend, 2 x the peak, at least 64 GiB");
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
   printf(")\n");
@@ -557,12 +564,12 @@ static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
     size_t mb = (size_t)(t->peak_live >> 19) + 1;
     snprintf(room, sizeof room, "host_capacity_mb:%zu", mb > 65536 ? mb : (size_t)65536);
     char *c = run_conf(o, o->gpu ? NULL : room, NULL);
-    pass_t p[2];
+    pass_t p[MAX_PASSES];
     memset(p, 0, sizeof p);
-    int r = replay_passes(t, c, 2, p);
+    int r = replay_passes(t, c, npasses, p);
     free(c);
     if (r != 0) return 1;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < npasses; k++) {
       double ns = p[k].seconds * 1e9 / (double)t->nev;
       double drv = p[k].seconds > 0 ? 100.0 * (double)p[k].driver_ns / (p[k].seconds * 1e9) : 0;
       printf("%-20s %4d %8zu %9.0f %7.1f%% %7lld %7lld %7lld %7lld %7lld %6lld %6lld %7lld%s\n", k ? "" : t->name, k + 1,
@@ -723,7 +730,7 @@ static int load_traces(const opts_t *o, int quick, char **args, int nargs, trace
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_BUDGET, O_MODEL, O_HELP };
+enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_BUDGET, O_MODEL, O_PASSES, O_HELP };
 
 static const struct {
   const char *name; /* long form */
@@ -732,7 +739,7 @@ static const struct {
     [O_BACKEND] = {"backend", "host|cuda"}, [O_QUICK] = {"quick", NULL}, [O_JSON] = {"json", "FILE"},
     [O_CONF] = {"conf", "K:V,..."},         [O_TRACES] = {"traces", "DIR"}, [O_ONLY] = {"only", "A,..."},
     [O_LAG] = {"lag", "K"},                 [O_FILLER] = {"filler", "MB"}, [O_BUDGET] = {"budget", "MB"},
-    [O_MODEL] = {"model", "h100"},          [O_HELP] = {"help", NULL},
+    [O_MODEL] = {"model", "h100"},          [O_PASSES] = {"passes", "N"}, [O_HELP] = {"help", NULL},
 };
 
 static const struct {
@@ -789,6 +796,13 @@ static int take_option(opts_t *o, cli_t *cl, int id, const char *val) {
     if (!(bench_budget_mb = mib_arg(val)))
       return usage_error("--budget takes the MiB a filler leaves free (1..16777216), not '%s'", val);
     return 0;
+  case O_PASSES: {
+    char *end;
+    long k = strtol(val, &end, 10);
+    if (!*val || *end || k < 2 || k > MAX_PASSES) return usage_error("--passes takes 2..%d, not '%s'", MAX_PASSES, val);
+    o->npasses = (int)k;
+    return 0;
+  }
   case O_MODEL:
     if (strcmp(val, "h100")) return usage_error("--model takes h100 (the only GPU modelled), not '%s'", val);
     bench_model = 1;

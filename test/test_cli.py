@@ -109,6 +109,8 @@ def main():
     usage_error(["latency", "--conf"], "'--conf' needs an argument")
     usage_error(["--backend", "gpu"], "'gpu'")
     usage_error(["--lag", "x"], "'x'")
+    usage_error(["--passes", "1", "passes"], "'1'")
+    usage_error(["--passes", "17", "passes"], "'17'")
     usage_error(["--filler", "0", "frag"], "'0'")
     usage_error(["--only", "jemalloc", "frag"], "'jemalloc'")
     usage_error(["--budget", "0", "replay", "x"], "'0'")
@@ -202,6 +204,10 @@ def main():
         check(out0[0] == 0 and calls0 and "stream work completes" not in out0[1], "passes without --lag", out0)
         check(out4[0] == 0 and "stream work completes every 4 events" in out4[1], "passes --lag 4 says so", out4)
         check(calls4 and calls4 != calls0, "passes --lag 4 changes the first pass's driver calls", out4)
+        # --passes N: N rows for the trace, numbered 1..N.
+        out = run("--backend", "host", "--passes", "3", "passes", "torch_gpt2s_infer")
+        nums = [l.split()[-12] for l in out[1].splitlines() if len(l.split()) >= 12 and l.split()[-11].isdigit()]
+        check(out[0] == 0 and "each trace 3 times" in out[1] and nums == ["1", "2", "3"], "passes --passes 3: three rows", (out, nums))
         # So does replay.
         def replayed(*extra):
             out = run("--backend", "host", *extra, "replay", "torch_gpt2m_train")
