@@ -38,10 +38,6 @@
 
 #define XS_SMALL_MAX ((size_t)1 << 20)         /* requests <= 1 MiB are small */
 #define XS_NO_FIT_SLOTS 4096 /* a power of two */
-typedef struct xs_no_fit_s {
-  uint64_t key;  /* the block's hash, and in its low bits the steps its walk took */
-  size_t lo, hi; /* no place for a request of s bytes, lo < s <= hi */
-} xs_no_fit_t;
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */
 #define XS_BINNED_SMALL_SEG ((size_t)2 << 20)  /* binned: small segments */
 #define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
@@ -179,9 +175,10 @@ struct xs_device_s {
   uint64_t live_peak;            /* most bytes live at once (all classes) since the last new start */
   uint64_t peak_step;            /* live_peak when it last rose by more than 1/XS_SETTLE_RISE */
   uint64_t peak_step_at;         /* bytes handed out (all classes) at that moment */
-  /* The whole-chunk search's memo: free blocks it found no place in, with
-   * the request sizes that holds for (expandable.c, no_fit_key); 96 KiB. */
-  xs_no_fit_t no_fit[XS_NO_FIT_SLOTS];
+  /* The whole-chunk search's memo: (free block, request) pairs it found no
+   * place for, and its steps there, hashed into these slots (expandable.c,
+   * no_fit_key); 32 KiB. */
+  uint64_t no_fit[XS_NO_FIT_SLOTS];
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
   int next_pool;               /* id of the next private pool - 1 */

@@ -751,11 +751,6 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
 
-/* A chunk a place must cover wholly: over a page, and wholly inside f. */
-static int hard(const xs_vseg_t *vs, xs_extent_t c, uintptr_t f0, uintptr_t f1) {
-  return c.size > vs->page && c.addr >= f0 && c.addr + c.size <= f1;
-}
-
 /* A place at a for `size` bytes in free block f, judged as fit_take and
  * pins_big judge it (a change to either belongs here too; the decisions
  * were checked equal on every shipped trace), from two page-table lookups:
@@ -778,62 +773,36 @@ static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t
   const xs_extent_t ends[2] = {lo, hi};
   for (int i = 0; i < 2; i++) {
     const xs_extent_t c = ends[i];
-    if (hard(vs, c, f0, f1) && (c.addr < a || c.addr + c.size > tend))
+    if (c.size > vs->page && (c.addr < a || c.addr + c.size > tend) && c.addr >= f0 && c.addr + c.size <= f1)
       return SIZE_MAX; /* would be covered in part: a conversion */
   }
   return hend - lo.addr - *take;
 }
 
-/* What a block's walk depends on - its bounds, the request's size class
- * (NO_FIT_CLASS pages wide), the fold rule and the device's chunk layout
- * (vmm.layout counts every map and unmap) - hashed, with the low bits left
- * for the steps the walk took (at most WHOLE_FIT_CHUNKS).  Where a walk
- * finds no place at all, the search keeps this in d->no_fit, in a slot
- * picked by the hash, with the sizes the walk would have gone the same way
- * for (no_place_sizes), and the next search for such a size skips the
- * block while nothing of it changed: repeating shapes otherwise walk the
- * same chunks of the same blocks at every step, and random sizes the same
- * blocks of large chunks (host, warm passes: of the blocks walked,
- * torch_gpt2s_train skips 81 %, torch_resnet50_shapes 74 %, logrand 42 %,
- * rmm_uniform 29 %).  A collision of the stored bits (about 2^-54) would
- * skip a block that has a place, which only makes the search find
- * another. */
+/* What a block's search depends on - its bounds, the request, the fold
+ * rule and the device's chunk layout (vmm.layout counts every map and
+ * unmap) - hashed, with the low bits left for the steps it took (at most
+ * WHOLE_FIT_CHUNKS).  Where a walk finds no place at all, the search keeps
+ * this in d->no_fit, in a slot picked by the hash, and the next search for
+ * that request skips the block while nothing of it changed: repeating
+ * shapes otherwise walk the same chunks of the same blocks at every step,
+ * and a training step asks for several sizes in turn (4,096 slots left
+ * torch_gpt2s_train's warm passes a tenth of the steps in blocks without a
+ * place; one memo per block, a third; a memo of the range of sizes a
+ * block has no place for, which random sizes hit too, was slower on an
+ * H100 machine's CPU: docs/benchmarks.md, "The whole-chunk search").  A
+ * collision of the stored bits (about 2^-54) would skip a block that has a
+ * place, which only makes the search find another. */
 #define NO_FIT_STEPS 1023u
-#define NO_FIT_CLASS 8
 _Static_assert(WHOLE_FIT_CHUNKS <= NO_FIT_STEPS, "a block's steps must fit under the hash");
 static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t size, int fold) {
   uint64_t h = (uint64_t)f->addr * 0x9e3779b97f4a7c15ull;
-  h ^= (uint64_t)f->size + 0x632be59bd9b4e019ull * (uint64_t)(size / d->vmm.gran / NO_FIT_CLASS);
+  h ^= (uint64_t)f->size + 0x632be59bd9b4e019ull * (uint64_t)size;
   h ^= (d->vmm.layout << 1 | (uint64_t)fold) * 0xc2b2ae3d27d4eb4full;
   h ^= h >> 31;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 29;
   return h & ~(uint64_t)NO_FIT_STEPS;
-}
-
-
-/* The walk of free block f found no place for `size` bytes at x: narrow
- * (*lo, *hi] to the sizes s it would find none for there either.  The
- * place starting at x ends in chunk h, which is hard, since there was no
- * place: for every s that ends in h there is none until s reaches h's
- * end, or where fit_take folds, to within a page of it (fold's other
- * bound, an eighth of s, is not followed: from there the range is `size`
- * alone).  The place ending at the end of x's chunk c lies inside c, and
- * is tried only while s is less than c's end - x: had c not been hard,
- * that place would have been one, so c is hard or h lies after c, and
- * either way the bound on h covers it. */
-static void no_place_sizes(const xs_vseg_t *vs, const xs_block_t *f, uintptr_t x, size_t size, int fold, size_t *lo,
-                           size_t *hi) {
-  const xs_extent_t h = xs_vseg_extent_at(vs, x + size - 1);
-  xs_assert_internal(hard(vs, h, f->addr, xs_block_end(f)));
-  const size_t to_end = h.addr + h.size - x, v = fold ? to_end - vs->page + 1 : to_end;
-  if (h.addr - x > *lo) *lo = h.addr - x;
-  if (size < v) {
-    if (v - 1 < *hi) *hi = v - 1;
-  } else {
-    if (size - 1 > *lo) *lo = size - 1;
-    if (size < *hi) *hi = size;
-  }
 }
 
 static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
@@ -843,16 +812,15 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
     const uint64_t key = no_fit_key(d, f, size, fold);
-    xs_no_fit_t *memo = &d->no_fit[(key / (NO_FIT_STEPS + 1)) & (XS_NO_FIT_SLOTS - 1)];
-    const int known = (memo->key & ~(uint64_t)NO_FIT_STEPS) == key && size > memo->lo && size <= memo->hi;
+    uint64_t *memo = &d->no_fit[(key / (NO_FIT_STEPS + 1)) & (XS_NO_FIT_SLOTS - 1)];
+    const int known = (*memo & ~(uint64_t)NO_FIT_STEPS) == key;
     if (known && !XS_DEBUG_CHECKS) { /* debug builds walk it anyway, and check the memo below */
-      steps += (int)(memo->key & NO_FIT_STEPS);
+      steps += (int)(*memo & NO_FIT_STEPS);
       continue;
     }
     const xs_vseg_t *vs = &f->seg->vs;
     const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
-    uintptr_t x = f0, last = f0;
-    size_t lo = 0, hi = SIZE_MAX; /* while nothing is placed: the sizes this walk holds for */
+    uintptr_t x = f0;
     int k = 0, placed = 0;
     for (; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
       const xs_extent_t c = xs_vseg_extent_at(vs, x);
@@ -862,8 +830,8 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
       for (int i = 0; i < 2; i++) {
         if (!at[i]) continue;
         size_t take;
-        const xs_extent_t lo_chunk = i == 0 ? c : xs_vseg_extent_at(vs, at[i]);
-        size_t e = place_excess(vs, f, lo_chunk, at[i], size, fold, &take);
+        const xs_extent_t lo = i == 0 ? c : xs_vseg_extent_at(vs, at[i]);
+        size_t e = place_excess(vs, f, lo, at[i], size, fold, &take);
         placed |= e != SIZE_MAX;
         if (e < best) {
           best = e;
@@ -871,18 +839,10 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
           if (e < page) return 1;
         }
       }
-      if (!placed) no_place_sizes(vs, f, x, size, fold, &lo, &hi);
-      last = x;
       x = cend;
     }
-    xs_assert_internal(!known || (!placed && (uint64_t)k == (memo->key & NO_FIT_STEPS)));
-    if (placed) continue;
-    /* The same candidates: up to the last one visited, and not the next
-     * (which may start past f, in a chunk reaching beyond it). */
-    if (k < WHOLE_FIT_CHUNKS && x < f1 && f1 - x > lo) lo = f1 - x;
-    if (f1 - last < hi) hi = f1 - last;
-    xs_assert_internal(size > lo && size <= hi);
-    *memo = (xs_no_fit_t){key | (uint64_t)k, lo, hi};
+    xs_assert_internal(!known || (!placed && (uint64_t)k == (*memo & NO_FIT_STEPS)));
+    if (!placed) *memo = key | (uint64_t)k;
   }
   return best != SIZE_MAX;
 }
