@@ -786,13 +786,13 @@ static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t
  * this in d->no_fit, in a slot picked by the hash, and the next search for
  * that request skips the block while nothing of it changed: repeating
  * shapes otherwise walk the same chunks of the same blocks at every step,
- * and a training step asks for several sizes in turn (4,096 slots left
- * torch_gpt2s_train's warm passes a tenth of the steps in blocks without a
- * place; one memo per block, a third; a memo of the range of sizes a
- * block has no place for, which random sizes hit too, was slower on an
- * H100 machine's CPU: docs/benchmarks.md, "The whole-chunk search").  A
- * collision of the stored bits (about 2^-54) would skip a block that has a
- * place, which only makes the search find another. */
+ * and a training step asks for several sizes in turn (of the steps in
+ * blocks without a place, two warm passes of torch_gpt2s_train keep 30 k
+ * with 4,096 slots, 337 k with one memo per block; a memo of the range of
+ * sizes a block has no place for, which random sizes hit too, was slower
+ * on an H100 machine's CPU: docs/benchmarks.md, "The whole-chunk
+ * search").  A collision of the stored bits (about 2^-54) would skip a
+ * block that has a place, which only makes the search find another. */
 #define NO_FIT_STEPS 1023u
 _Static_assert(WHOLE_FIT_CHUNKS <= NO_FIT_STEPS, "a block's steps must fit under the hash");
 static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t size, int fold) {
