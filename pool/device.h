@@ -37,7 +37,7 @@
 /* ---- constants ---------------------------------------------------------- */
 
 #define XS_SMALL_MAX ((size_t)1 << 20)         /* requests <= 1 MiB are small */
-#define XS_NO_FIT_SLOTS 4096 /* a power of two */
+#define XS_NO_FIT_SLOTS 4096                   /* whole-chunk search memo slots (a power of two) */
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */
 #define XS_BINNED_SMALL_SEG ((size_t)2 << 20)  /* binned: small segments */
 #define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
