@@ -221,15 +221,20 @@ typedef struct span_s {
   int converts;       /* placing it would cover a large free chunk in part */
 } span_t;
 
+/* Does [a, e) cover chunk c in part, where c is of several pages and lies
+ * wholly inside [lo, hi) - a chunk that holds no data and would have to be
+ * converted?  The test of span_converts, pins_big and place_excess. */
+static int covers_in_part(const xs_vseg_t *vs, xs_extent_t c, uintptr_t a, uintptr_t e, uintptr_t lo, uintptr_t hi) {
+  return c.size > vs->page && (c.addr < a || c.addr + c.size > e) && c.addr >= lo && c.addr + c.size <= hi;
+}
+
 /* Would [x, x + size) cover in part a mapped chunk of several pages lying
  * wholly inside the free run [lo, hi) (one that would have to be converted)? */
 static int span_converts(const xs_segment_t *seg, uintptr_t lo, uintptr_t hi, uintptr_t x, size_t size) {
   const xs_vseg_t *vs = &seg->vs;
   const uintptr_t ends[2] = {x, x + size - 1};
   for (int i = 0; i < 2; i++) {
-    const xs_extent_t c = xs_vseg_extent_at(vs, ends[i]);
-    if (c.size > vs->page && (c.addr < x || c.addr + c.size > x + size) && c.addr >= lo && c.addr + c.size <= hi)
-      return 1;
+    if (covers_in_part(vs, xs_vseg_extent_at(vs, ends[i]), x, x + size, lo, hi)) return 1;
   }
   return 0;
 }
@@ -537,9 +542,7 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   const uintptr_t ends[2] = {addr, end - 1};
   (void)d;
   for (int i = 0; i < 2; i++) {
-    const xs_extent_t c = xs_vseg_extent_at(vs, ends[i]);
-    if (c.size > vs->page && (c.addr < addr || c.addr + c.size > end) && c.addr >= f->addr &&
-        c.addr + c.size <= xs_block_end(f))
+    if (covers_in_part(vs, xs_vseg_extent_at(vs, ends[i]), addr, end, f->addr, xs_block_end(f)))
       return xs_vseg_chunk_at(vs, ends[i]);
   }
   return NULL;
@@ -770,12 +773,8 @@ static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t
       hend - end <= size / XS_FOLD_DIV)
     *take = hend - a;
   const uintptr_t tend = a + *take;
-  const xs_extent_t ends[2] = {lo, hi};
-  for (int i = 0; i < 2; i++) {
-    const xs_extent_t c = ends[i];
-    if (c.size > vs->page && (c.addr < a || c.addr + c.size > tend) && c.addr >= f0 && c.addr + c.size <= f1)
-      return SIZE_MAX; /* would be covered in part: a conversion */
-  }
+  if (covers_in_part(vs, lo, a, tend, f0, f1) || covers_in_part(vs, hi, a, tend, f0, f1))
+    return SIZE_MAX; /* a conversion */
   return hend - lo.addr - *take;
 }
 
