@@ -685,15 +685,16 @@ static int settled(const xs_device_t *d) {
 }
 
 /* May a block pin large chunk c of any size, charged to the surplus
- * budget: while the device holds more than 1/XS_SURPLUS_DIV above the
- * live peak, memory is plentiful, and surplus pins stay within their own
- * budget, 1/XS_PIN_DIV of the room, or 1/XS_SETTLED_PIN_DIV once the
- * workload has settled (expandable.h). */
+ * budget: while memory is plentiful, and either the workload has settled
+ * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room) or the
+ * device holds more than 1/XS_SURPLUS_DIV above the live peak (within
+ * 1/XS_PIN_DIV of the room; expandable.h). */
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
-  const uint64_t peak = d->live_peak;
-  if (tight(d) || d->vmm.held <= peak + peak / XS_SURPLUS_DIV) return 0;
+  if (tight(d)) return 0;
   const size_t room = xs_vmm_room(&d->vmm);
-  return d->pinned[1] + c->size <= room / (settled(d) ? XS_SETTLED_PIN_DIV : XS_PIN_DIV);
+  if (settled(d)) return d->pinned[1] + c->size <= room / XS_SETTLED_PIN_DIV;
+  const uint64_t peak = d->live_peak;
+  return d->vmm.held > peak + peak / XS_SURPLUS_DIV && d->pinned[1] + c->size <= room / XS_PIN_DIV;
 }
 
 /* May a request of `size` bytes take fresh memory rather than wait for
