@@ -53,6 +53,7 @@ typedef struct pass_s {
   double seconds;
   size_t failed;                  /* allocations that failed */
   long long create, release, map, unmap, access, conversions, grows, converted_pages;
+  long long created_mib, released_mib; /* bytes of the handles created and released, in MiB */
   long long driver_ns;            /* time in create, release, map, unmap, set access */
   long long ns[5];                /* that time by kind: create, release, map, unmap, set access */
   long long held_peak;            /* held_bytes.peak at the end of the pass */

@@ -554,8 +554,8 @@ static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
          o->gpu ? "GPU" : "host backend, 2 x the peak, at least 64 GiB");
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
   printf(")\n");
-  printf("%-20s %4s %8s %9s %8s %7s %7s %7s %7s %7s %6s %6s %7s\n", "trace", "pass", "events", "ns/event", "driver",
-         "create", "release", "map", "unmap", "access", "grows", "conv", "c.pages");
+  printf("%-20s %4s %8s %9s %8s %7s %7s %7s %7s %7s %6s %6s %7s %8s\n", "trace", "pass", "events", "ns/event", "driver",
+         "create", "release", "map", "unmap", "access", "grows", "conv", "c.pages", "made MiB");
   int rc = 0;
   for (int i = 0; i < n; i++) {
     const trace_t *t = &traces[i];
@@ -572,16 +572,18 @@ static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
     for (int k = 0; k < npasses; k++) {
       double ns = p[k].seconds * 1e9 / (double)t->nev;
       double drv = p[k].seconds > 0 ? 100.0 * (double)p[k].driver_ns / (p[k].seconds * 1e9) : 0;
-      printf("%-20s %4d %8zu %9.0f %7.1f%% %7lld %7lld %7lld %7lld %7lld %6lld %6lld %7lld%s\n", k ? "" : t->name, k + 1,
-             t->nev, ns, drv, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access, p[k].grows,
-             p[k].conversions, p[k].converted_pages, p[k].failed ? "  (failures!)" : "");
+      printf("%-20s %4d %8zu %9.0f %7.1f%% %7lld %7lld %7lld %7lld %7lld %6lld %6lld %7lld %8lld%s\n", k ? "" : t->name,
+             k + 1, t->nev, ns, drv, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access, p[k].grows,
+             p[k].conversions, p[k].converted_pages, p[k].created_mib, p[k].failed ? "  (failures!)" : "");
       jrec("\"trace\":\"%s\",\"pass\":%d,\"events\":%zu,\"ns_per_event\":%.1f,\"driver_ns\":%lld,\"create\":%lld,"
            "\"release\":%lld,\"map\":%lld,\"unmap\":%lld,\"set_access\":%lld,\"grows\":%lld,\"conversions\":%lld,"
            "\"converted_pages\":%lld,\"failed\":%zu,\"ns_create\":%lld,\"ns_release\":%lld,\"ns_map\":%lld,"
-           "\"ns_unmap\":%lld,\"ns_set_access\":%lld,\"held_peak\":%lld,\"peak_live\":%llu",
+           "\"ns_unmap\":%lld,\"ns_set_access\":%lld,\"held_peak\":%lld,\"peak_live\":%llu,\"created_mib\":%lld,"
+           "\"released_mib\":%lld",
            t->name, k + 1, t->nev, ns, p[k].driver_ns, p[k].create, p[k].release, p[k].map, p[k].unmap, p[k].access,
            p[k].grows, p[k].conversions, p[k].converted_pages, p[k].failed, p[k].ns[0], p[k].ns[1], p[k].ns[2],
-           p[k].ns[3], p[k].ns[4], p[k].held_peak, (unsigned long long)t->peak_live);
+           p[k].ns[3], p[k].ns[4], p[k].held_peak, (unsigned long long)t->peak_live, p[k].created_mib,
+           p[k].released_mib);
       rc |= p[k].failed != 0;
     }
   }

@@ -30,6 +30,8 @@ static void read_counters(pass_t *c) {
   c->conversions = counter(json, "num_conversions");
   c->grows = counter(json, "num_grows");
   c->converted_pages = counter(json, "converted_bytes") / counter(json, "granularity");
+  c->created_mib = counter(json, "created_bytes") >> 20;
+  c->released_mib = counter(json, "released_bytes") >> 20;
   static const char *const kinds[5] = {"time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_ns",
                                        "time_set_access_ns"};
   c->driver_ns = 0;
@@ -47,6 +49,8 @@ static void diff(pass_t *d, const pass_t *a, const pass_t *b) {
   d->conversions = b->conversions - a->conversions;
   d->grows = b->grows - a->grows;
   d->converted_pages = b->converted_pages - a->converted_pages;
+  d->created_mib = b->created_mib - a->created_mib;
+  d->released_mib = b->released_mib - a->released_mib;
   d->driver_ns = b->driver_ns - a->driver_ns;
   for (int k = 0; k < 5; k++) d->ns[k] = b->ns[k] - a->ns[k];
   d->held_peak = b->held_peak;

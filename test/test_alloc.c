@@ -102,6 +102,8 @@ static void integrity(const char *mode) {
               segs = t_stat(0, "segment.all.allocated");
     if (maps != last_maps || unmaps != last_unmaps || segs != last_segs) {
       check_all(v, n); /* after every grow, shrink or remap */
+      /* What the driver made less what it took back is what xseg holds. */
+      XT_CHECK_EQ(t_stat(0, "created_bytes") - t_stat(0, "released_bytes"), t_stat(0, "held_bytes.current"));
       last_maps = maps;
       last_unmaps = unmaps;
       last_segs = segs;
@@ -119,6 +121,8 @@ static void integrity(const char *mode) {
   XT_CHECK_EQ(c.mem_allocs_live, 0);
   XT_CHECK_EQ(t_stat(0, "allocated_bytes.all.current"), 0);
   XT_CHECK(t_stat(0, "allocated_bytes.all.peak") > 0);
+  XT_CHECK(t_stat(0, "created_bytes") >= t_stat(0, "allocated_bytes.all.peak"));
+  XT_CHECK_EQ(t_stat(0, "released_bytes"), t_stat(0, "created_bytes")); /* all given back */
   XT_CHECK_EQ(xseg_shutdown(), 0);
   c = t_counters(); /* the backend is gone: nothing to count */
   XT_CHECK_EQ(c.reservations_live, 0);

@@ -209,7 +209,7 @@ def main():
         check(calls4 and calls4 != calls0, "passes --lag 4 changes the first pass's driver calls", out4)
         # --passes N: N rows for the trace, numbered 1..N.
         out = run("--backend", "host", "--passes", "3", "passes", "torch_gpt2s_infer")
-        nums = [l.split()[-12] for l in out[1].splitlines() if len(l.split()) >= 12 and l.split()[-11].isdigit()]
+        nums = [l.split()[-13] for l in out[1].splitlines() if len(l.split()) >= 13 and l.split()[-12].isdigit()]
         check(out[0] == 0 and "each trace 3 times" in out[1] and nums == ["1", "2", "3"], "passes --passes 3: three rows", (out, nums))
         # So does replay.
         def replayed(*extra):

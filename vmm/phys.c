@@ -219,6 +219,7 @@ int xs_vmm_mem_alloc(xs_vmm_t *v, size_t size, int tag, uintptr_t *addr) {
   v->held += size;
   created(v);
   v->st.num_device_alloc++;
+  v->st.created_bytes += size;
   xs_gauge_add(&v->st.held_bytes, (int64_t)size);
   xs_gauge_add(&v->st.mapped_bytes, (int64_t)size);
   xs_stat_add(v->st.reserved_bytes, tag, (int64_t)size);
@@ -235,6 +236,7 @@ int xs_vmm_mem_free(xs_vmm_t *v, uintptr_t addr, size_t size, int tag) {
                        (unsigned long)addr, size, be_err(v));
   v->held -= size;
   v->st.num_device_free++;
+  v->st.released_bytes += size;
   xs_gauge_add(&v->st.held_bytes, -(int64_t)size);
   xs_gauge_add(&v->st.mapped_bytes, -(int64_t)size);
   xs_stat_add(v->st.reserved_bytes, tag, -(int64_t)size);
@@ -338,6 +340,7 @@ int xs_vmm_create(xs_vmm_t *v, size_t size, xs_chunk_t **out) {
   c->fd = -1;
   v->held += size;
   v->st.num_device_alloc++;
+  v->st.created_bytes += size;
   xs_gauge_add(&v->st.handles_live, 1);
   xs_gauge_add(&v->st.held_bytes, (int64_t)size);
   created(v);
@@ -356,6 +359,7 @@ int xs_vmm_release(xs_vmm_t *v, xs_chunk_t *c) {
                        c->size, be_err(v));
   v->held -= c->size;
   v->st.num_device_free++;
+  v->st.released_bytes += c->size;
   scrub_queue(v, c->size, t1);
   xs_gauge_add(&v->st.handles_live, -1);
   xs_gauge_add(&v->st.held_bytes, -(int64_t)c->size);

@@ -49,6 +49,8 @@
 #define XS_VMM_COUNTERS(X)                                                                   \
   X(num_device_alloc, "physical allocations (cuMemCreate or cuMemAlloc)")                    \
   X(num_device_free, "physical releases (cuMemRelease or cuMemFree)")                        \
+  X(created_bytes, "bytes of those physical allocations")                                    \
+  X(released_bytes, "bytes of those physical releases")                                      \
   X(num_create_refused, "creates (cuMemCreate or cuMemAlloc) the driver refused")            \
   X(num_map_refused, "maps and set-access calls the driver refused")                         \
   X(num_looks, "free-memory queries (cuMemGetInfo) to learn what others hold")               \
