@@ -976,9 +976,10 @@ XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
-/* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV).  A request over part
- * of a large idle handle converts it while the device holds no more than
- * an eighth over the live peak; once it holds more (memory freed and
+/* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
+ * has settled (a settled one needs no surplus: settled_case below).  A
+ * request over part of a large idle handle converts it while the device
+ * holds no more than an eighth over the live peak; once it holds more (memory freed and
  * larger requests grown elsewhere), the request pins the handle instead,
  * with no driver call, within a budget of its own (small pins keep
  * theirs); beyond that budget it converts again; and when the pinning
