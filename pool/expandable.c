@@ -677,24 +677,29 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
 
 /* Has the workload settled: has its live peak held (risen by at most
  * 1/XS_SETTLE_RISE) while it handed out XS_SETTLE_TURNS times that peak,
- * on a device with room for XS_SETTLED_ROOM times it? */
+ * on a device with room for XS_SETTLED_ROOM times it and times what the
+ * device holds? */
 static int settled(const xs_device_t *d) {
   const uint64_t peak = d->live_peak;
   const uint64_t since = d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->peak_step_at;
-  return since >= peak * XS_SETTLE_TURNS && xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM >= peak;
+  const size_t part = xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM;
+  return since >= peak * XS_SETTLE_TURNS && part >= peak && part >= d->vmm.held;
 }
 
 /* May a block pin large chunk c of any size, charged to the surplus
  * budget: while memory is plentiful, and either the workload has settled
  * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room) or the
  * device holds more than 1/XS_SURPLUS_DIV above the live peak (within
- * 1/XS_PIN_DIV of the room; expandable.h). */
+ * 1/XS_PIN_DIV of the room, 1/XS_TURNED_PIN_DIV once the program has
+ * handed out XS_TURNED times that peak; expandable.h). */
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   if (tight(d)) return 0;
   const size_t room = xs_vmm_room(&d->vmm);
   if (settled(d)) return d->pinned[1] + c->size <= room / XS_SETTLED_PIN_DIV;
   const uint64_t peak = d->live_peak;
-  return d->vmm.held > peak + peak / XS_SURPLUS_DIV && d->pinned[1] + c->size <= room / XS_PIN_DIV;
+  const uint64_t handed = d->handed[XS_SMALL] + d->handed[XS_LARGE];
+  const size_t budget = room / (handed >= peak * XS_TURNED ? XS_TURNED_PIN_DIV : XS_PIN_DIV);
+  return d->vmm.held > peak + peak / XS_SURPLUS_DIV && d->pinned[1] + c->size <= budget;
 }
 
 /* May a request of `size` bytes take fresh memory rather than wait for

@@ -1044,13 +1044,59 @@ XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Turned-over workloads (pool/expandable.h, XS_TURNED): once the program
+ * has handed out twelve times its live peak, surplus pins may fill 1/32 of
+ * the room instead of 1/128.  The second case of the test above, after
+ * small requests that handed out 1,700 MiB at a live peak of 1 MiB: q pins
+ * x's 20-page handle as before, and now r pins y's 30-page handle too
+ * (100 MiB of a 256 MiB budget), where before the turns it was converted.
+ * The peak rose with y just before, so the workload has not settled: the
+ * larger budget is the turned one. */
+XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
+  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+  for (int i = 0; i < 1700; i++) {
+    char *c = xseg_malloc(MiB, 0, NULL); /* small pool: the large pool stays empty */
+    XT_REQUIRE(c);
+    XT_CHECK_EQ(xseg_free(c), 0);
+  }
+  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *s = xseg_malloc(32 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && s && f2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  char *y = xseg_malloc(60 * MiB, 0, NULL); /* grows; the live peak, 96 MiB, rises here */
+  XT_REQUIRE(y);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 138 * MiB); /* and the small pool's page */
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *q = alloc_in(20 * MiB, x, 40 * MiB, 4);
+  XT_REQUIRE(q);
+  char *r = alloc_in(44 * MiB, y, 60 * MiB, 5);
+  XT_REQUIRE(r);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a turned-over workload converted a handle within 1/32 of the room");
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  T_CHECK_HEAP();
+  /* The pins end with q and r: everything but the 36 MiB live is reachable. */
+  XT_CHECK(t_verify(q, 20 * MiB, 4));
+  XT_CHECK(t_verify(r, 44 * MiB, 5));
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(r), 0);
+  char *big = xseg_malloc((8192 - 36) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "8156 MiB beside 36 MiB live on an 8192 MiB device: %s", xseg_last_error());
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(s), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(f2), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Settled workloads (pool/expandable.h, XS_SETTLE_TURNS): once the live
  * peak has held while the program handed out twice that peak, on a device
- * with room for twice it, surplus pins may fill 1/16 of the room instead
- * of 1/128, with or without a surplus.  On a 1 GiB device (budgets 8 and
+ * with room for twice it and for twice what the device holds, surplus pins
+ * may fill 1/16 of the room instead of 1/128, with or without a surplus.  On a 1 GiB device (budgets 8 and
  * 64 MiB) a request over part of a free 40 MiB handle pins it once the
- * workload has settled, and converts it before, or where the peak (with
- * `extra_mb` live throughout) is over half the room. */
+ * workload has settled, and converts it before, or where the peak or what
+ * the device holds (with `extra_mb` live throughout) is over half the room. */
 static void settled_case(size_t extra_mb, int churn, int expect_pin) {
   XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
   char *e = extra_mb ? xseg_malloc(extra_mb * MiB, 0, NULL) : NULL;
@@ -1093,6 +1139,7 @@ XT_TEST(a_settled_workload_pins_more) {
   /* Held 502 MiB for a peak of 462: no surplus, but settled. */
   settled_case(400, 1000, 1);
   settled_case(460, 1100, 0); /* a peak of 522 MiB: over half the room */
+  settled_case(420, 1000, 0); /* a peak of 482 MiB, but 522 held: over half the room */
 }
 
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
@@ -1189,6 +1236,7 @@ int main(void) {
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
+  XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(a_settled_workload_pins_more);
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
