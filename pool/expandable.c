@@ -691,13 +691,15 @@ static int settled(const xs_device_t *d) {
  * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room) or the
  * device holds more than 1/XS_SURPLUS_DIV above the live peak (within
  * 1/XS_PIN_DIV of the room, 1/XS_TURNED_PIN_DIV once the program has
- * handed out XS_TURNED times that peak; expandable.h). */
+ * handed out XS_TURNED times that peak since its last new start;
+ * expandable.h). */
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   if (tight(d)) return 0;
   const size_t room = xs_vmm_room(&d->vmm);
   if (settled(d)) return d->pinned[1] + c->size <= room / XS_SETTLED_PIN_DIV;
   const uint64_t peak = d->live_peak;
-  const uint64_t handed = d->handed[XS_SMALL] + d->handed[XS_LARGE];
+  /* Handed out since the last new start (xs_empty_cache), as the peak. */
+  const uint64_t handed = d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
   const size_t budget = room / (handed >= peak * XS_TURNED ? XS_TURNED_PIN_DIV : XS_PIN_DIV);
   return d->vmm.held > peak + peak / XS_SURPLUS_DIV && d->pinned[1] + c->size <= budget;
 }

@@ -56,7 +56,10 @@
  * sixteenth grow_then_split's at 3.3). */
 #define XS_SURPLUS_DIV 8
 /* Turned-over workloads.  Once the program has handed out XS_TURNED times
- * its live peak (in all, since the start), the surplus pins' budget is
+ * its live peak (in all since its last new start, an empty_cache with
+ * nothing live, as for XS_PACK_DIV: the peak starts again there, and a
+ * process that replays one workload after another must not count the
+ * earlier ones' bytes), the surplus pins' budget is
  * 1/XS_TURNED_PIN_DIV of the room instead of 1/XS_PIN_DIV.  A program
  * that has turned its peak over that often reuses memory, and the chunks
  * its surplus pins keep whole are the ones its next turn asks for again:

@@ -1087,6 +1087,31 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   XT_CHECK_EQ(xseg_free(s), 0);
   XT_CHECK_EQ(xseg_free(f1), 0);
   XT_CHECK_EQ(xseg_free(f2), 0);
+  /* Emptied with nothing live, the device starts again, and the turns
+   * count from there: the same layout made again, r's handle is converted
+   * as before any turn (a process replaying one workload after another). */
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  x = xseg_malloc(40 * MiB, 0, NULL);
+  f1 = xseg_malloc(2 * MiB, 0, NULL);
+  s = xseg_malloc(32 * MiB, 0, NULL);
+  f2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && s && f2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  y = xseg_malloc(60 * MiB, 0, NULL);
+  XT_REQUIRE(y);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  conv = t_stat(0, "num_conversions");
+  q = alloc_in(20 * MiB, x, 40 * MiB, 4);
+  XT_REQUIRE(q);
+  r = alloc_in(44 * MiB, y, 60 * MiB, 5);
+  XT_REQUIRE(r);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "turns counted from before a new start");
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_free(s), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(f2), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
