@@ -59,22 +59,24 @@
  * its live peak (in all since its last new start, an empty_cache with
  * nothing live, as for XS_PACK_DIV: the peak starts again there, and a
  * process that replays one workload after another must not count the
- * earlier ones' bytes), the surplus pins' budget is
- * 1/XS_TURNED_PIN_DIV of the room instead of 1/XS_PIN_DIV.  A program
- * that has turned its peak over that often reuses memory, and the chunks
- * its surplus pins keep whole are the ones its next turn asks for again:
- * with an H100's memory (host backend) the second pass of the recorded
- * GPT-2-small training, whose 50 GiB peak never counts as settled there,
- * made 226 driver calls and re-made 9,210 MiB, and makes 6 calls and
- * 4 MiB; the serving trace's second pass 24 calls instead of 3, its first
- * 514 instead of 773.  The budget grows, it is not withheld before: pins
- * the smaller budget allowed early in a run stay as they were, and no
- * host min budget moved by more than 0.0014.  The larger budget from the
- * start let pins made early live on to the final peak (rmm_uniform needed
- * 1.0230 of its peak at the minimum budget, 1.0115 before; llm_serving
- * 1.0157 under --lag 4, 1.0006), and with no surplus pin at all before
- * the turns one made in the serving trace's first plateau did (1.0074
- * under --lag 4; docs/benchmarks.md, "Turned-over workloads"). */
+ * earlier ones' bytes), the surplus pins' budget is 1/XS_TURNED_PIN_DIV
+ * of the room instead of 1/XS_PIN_DIV.  A program that has turned its
+ * peak over that often reuses memory, and the chunks its surplus pins keep
+ * whole are the ones its next turn asks for again: with an H100's memory
+ * (host backend) the second pass of the recorded GPT-2-small training,
+ * whose 50 GiB peak never counts as settled there, made 226 driver calls
+ * and re-made 9,210 MiB, and makes 6 calls and 4 MiB (through PyTorch on
+ * an H100 it holds less than an eighth over its peak, and nothing
+ * changes); the serving trace's second pass makes 3 calls instead of 24,
+ * its first 514 instead of 773.  The budget grows, it is not withheld
+ * before: pins the smaller budget allowed early in a run stay as they
+ * were, and no host min budget moved by more than 0.0014.  The larger
+ * budget from the start let pins made early live on to the final peak
+ * (rmm_uniform needed 1.0230 of its peak at the minimum budget, 1.0115
+ * before; llm_serving 1.0157 under --lag 4, 1.0006), and with no surplus
+ * pin at all before the turns one made in the serving trace's first
+ * plateau did (1.0074 under --lag 4; docs/benchmarks.md, "Turned-over
+ * workloads"). */
 #define XS_TURNED 8
 #define XS_TURNED_PIN_DIV 32
 /* Settled workloads.  Once the live peak has held (risen by at most
