@@ -1045,7 +1045,7 @@ XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
 }
 
 /* Turned-over workloads (pool/expandable.h, XS_TURNED): once the program
- * has handed out twelve times its live peak, surplus pins may fill 1/32 of
+ * has handed out eight times its live peak, surplus pins may fill 1/32 of
  * the room instead of 1/128.  The second case of the test above, after
  * small requests that handed out 1,700 MiB at a live peak of 1 MiB: q pins
  * x's 20-page handle as before, and now r pins y's 30-page handle too
@@ -1072,7 +1072,8 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   XT_REQUIRE(q);
   char *r = alloc_in(44 * MiB, y, 60 * MiB, 5);
   XT_REQUIRE(r);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a turned-over workload converted a handle within 1/32 of the room");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv,
+               "a turned-over workload converted a handle within 1/32 of the room");
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   T_CHECK_HEAP();
   /* The pins end with q and r: everything but the 36 MiB live is reachable. */
@@ -1118,8 +1119,9 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
 /* Settled workloads (pool/expandable.h, XS_SETTLE_TURNS): once the live
  * peak has held while the program handed out twice that peak, on a device
  * with room for twice it and for twice what the device holds, surplus pins
- * may fill 1/16 of the room instead of 1/128, with or without a surplus.  On a 1 GiB device (budgets 8 and
- * 64 MiB) a request over part of a free 40 MiB handle pins it once the
+ * may fill 1/16 of the room instead of 1/128, with or without a surplus.
+ * On a 1 GiB device (budgets 8 and 64 MiB) a request over part of a free
+ * 40 MiB handle pins it once the
  * workload has settled, and converts it before, or where the peak or what
  * the device holds (with `extra_mb` live throughout) is over half the room. */
 static void settled_case(size_t extra_mb, int churn, int expect_pin) {
