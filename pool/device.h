@@ -38,6 +38,7 @@
 
 #define XS_SMALL_MAX ((size_t)1 << 20)         /* requests <= 1 MiB are small */
 #define XS_NO_FIT_SLOTS 4096                   /* whole-chunk search memo slots (a power of two) */
+#define XS_SEARCHED_SLOTS 1024                 /* sizes the search met last, for its memo (a power of two) */
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */
 #define XS_BINNED_SMALL_SEG ((size_t)2 << 20)  /* binned: small segments */
 #define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
@@ -179,6 +180,9 @@ struct xs_device_s {
    * place for, and its steps there, hashed into these slots (expandable.c,
    * no_fit_key); 32 KiB. */
   uint64_t no_fit[XS_NO_FIT_SLOTS];
+  /* The last request size each slot's sizes were searched for: the memo
+   * serves a size's second search on (expandable.c); 8 KiB. */
+  uint64_t searched[XS_SEARCHED_SLOTS];
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
   int next_pool;               /* id of the next private pool - 1 */

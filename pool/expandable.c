@@ -764,17 +764,16 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
 
 /* A place at a for `size` bytes in free block f, judged as fit_take and
  * pins_big judge it (a change to either belongs here too; the decisions
- * were checked equal on every shipped trace), from two page-table lookups:
- * lo, the chunk at a (the caller's, where it has it), and the chunk
- * holding the request's last byte, which also holds the last byte taken
- * (a fold takes up to that chunk's end).  The bytes of the chunks under
- * the place beyond what it takes, or SIZE_MAX if it covers a large chunk
- * in f in part; *take set.  `fold`: fit_take may fold (large pool, not
- * tight). */
-static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t lo, uintptr_t a, size_t size,
-                           int fold, size_t *take) {
+ * were checked equal on every shipped trace), from the two chunks that
+ * decide it: lo, the chunk at a, and hi, the chunk holding the request's
+ * last byte, which also holds the last byte taken (a fold takes up to that
+ * chunk's end).  The caller has both where the place lies in one chunk.
+ * The bytes of the chunks under the place beyond what it takes, or
+ * SIZE_MAX if it covers a large chunk in f in part; *take set.  `fold`:
+ * fit_take may fold (large pool, not tight). */
+static size_t place_excess(const xs_vseg_t *vs, const xs_block_t *f, xs_extent_t lo, xs_extent_t hi, uintptr_t a,
+                           size_t size, int fold, size_t *take) {
   const uintptr_t f0 = f->addr, f1 = xs_block_end(f), end = a + size;
-  const xs_extent_t hi = xs_vseg_extent_at(vs, end - 1);
   const uintptr_t hend = hi.addr + hi.size;
   *take = size;
   if (fold && hi.size > vs->page && hi.addr >= a && hend > end && hend - end < vs->page && hend <= f1 &&
@@ -815,15 +814,27 @@ static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t siz
 static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
+  /* The memo pays only for sizes asked for again: a size's first search
+   * (or its first since another size took its slot in d->searched) neither
+   * reads nor writes it.  Random sizes, which rarely repeat, then skip a
+   * hash and a likely cache miss per block; skipping the memo never
+   * changes a decision. */
+  uint64_t *seen = &d->searched[((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_SEARCHED_SLOTS - 1)];
+  const int use_memo = *seen == (uint64_t)size;
+  *seen = size;
   size_t best = SIZE_MAX;
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
-    const uint64_t key = no_fit_key(d, f, size, fold);
-    uint64_t *memo = &d->no_fit[(key / (NO_FIT_STEPS + 1)) & (XS_NO_FIT_SLOTS - 1)];
-    const int known = (*memo & ~(uint64_t)NO_FIT_STEPS) == key;
-    if (known && !XS_DEBUG_CHECKS) { /* debug builds walk it anyway, and check the memo below */
-      steps += (int)(*memo & NO_FIT_STEPS);
-      continue;
+    uint64_t key = 0, *memo = NULL;
+    int known = 0;
+    if (use_memo) {
+      key = no_fit_key(d, f, size, fold);
+      memo = &d->no_fit[(key / (NO_FIT_STEPS + 1)) & (XS_NO_FIT_SLOTS - 1)];
+      known = (*memo & ~(uint64_t)NO_FIT_STEPS) == key;
+      if (known && !XS_DEBUG_CHECKS) { /* debug builds walk it anyway, and check the memo below */
+        steps += (int)(*memo & NO_FIT_STEPS);
+        continue;
+      }
     }
     const xs_vseg_t *vs = &f->seg->vs;
     const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
@@ -832,13 +843,15 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
     for (; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
       const xs_extent_t c = xs_vseg_extent_at(vs, x);
       const uintptr_t cend = c.addr + c.size;
-      /* Starting here, else ending at this chunk's end. */
+      /* Starting here (the last byte's chunk is c where the request ends
+       * in it), else ending at this chunk's end: a place inside c, which
+       * lies wholly in c from its first byte to its last. */
       const uintptr_t at[2] = {x, cend - x > size && cend - size >= f0 ? cend - size : 0};
       for (int i = 0; i < 2; i++) {
         if (!at[i]) continue;
         size_t take;
-        const xs_extent_t lo = i == 0 ? c : xs_vseg_extent_at(vs, at[i]);
-        size_t e = place_excess(vs, f, lo, at[i], size, fold, &take);
+        const xs_extent_t hi = i == 1 || x + size <= cend ? c : xs_vseg_extent_at(vs, x + size - 1);
+        size_t e = place_excess(vs, f, c, hi, at[i], size, fold, &take);
         placed |= e != SIZE_MAX;
         if (e < best) {
           best = e;
@@ -849,7 +862,7 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
       x = cend;
     }
     xs_assert_internal(!known || (!placed && (uint64_t)k == (*memo & NO_FIT_STEPS)));
-    if (!placed) *memo = key | (uint64_t)k;
+    if (memo && !placed) *memo = key | (uint64_t)k;
   }
   return best != SIZE_MAX;
 }
