@@ -60,13 +60,14 @@ static int new_segment(xs_device_t *d, xs_pool_t *p, size_t size, xs_segment_t *
   return 0;
 }
 
-/* The largest new chunk a mapping of seg may create (0: the gap).  Small
- * pools map single pages, so that each can move on its own; large pools map
- * each gap a request needs as one chunk (fast growth: one handle per
- * growth, as cudaMalloc), or page_size_mb chunks when configured
- * (docs/design.md, "Handle sizing"). */
+/* The largest new chunk a mapping of seg may create.  Small pools map
+ * single pages, so that each can move on its own; large pools map each gap
+ * a request needs as one chunk of at most XS_CHUNK_CAP (one handle for a
+ * growth of up to that size, as cudaMalloc), or page_size_mb chunks when
+ * configured (docs/design.md, "Handle sizing"). */
 static size_t new_chunk_max(const xs_device_t *d, const xs_segment_t *seg) {
-  return seg->pool->cls == XS_SMALL ? seg->vs.page : d->large_page;
+  if (seg->pool->cls == XS_SMALL) return seg->vs.page;
+  return d->large_page ? d->large_page : xs_round_up(XS_CHUNK_CAP, seg->vs.page);
 }
 
 static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);

@@ -113,6 +113,18 @@
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing"). */
 #define XS_PIECE_PAGES 16
+/* A growth in the large pool maps the pages a request fills as chunks of at
+ * most XS_CHUNK_CAP bytes (unless page_size_mb says otherwise).  A
+ * conversion re-makes the whole chunk it cuts, at about 1-1.4 us per MiB
+ * of the chunk on an H100 (create and release), while a handle costs about
+ * 50 us whatever its size: a chunk of a few tens of MiB balances the two.
+ * Uncapped, a chunk as large as the request that made it was cut again and
+ * again by the smaller requests that followed, each cut re-making the rest
+ * (torch_gpt2s_train made 127,950 MiB of handles in its first pass for a
+ * live peak of 51,317; capped, 61,714), and a 64 MiB cap took the first
+ * pass's driver time down on 9 of 11 traces
+ * (docs/benchmarks.md, "Capped chunks"). */
+#define XS_CHUNK_CAP ((size_t)64 << 20)
 /* Under pressure, a piece before or after the block of more than
  * XS_GIVE_BACK_PAGES pages is not made again but given back to the driver:
  * made again at once it needs the memory the driver is still scrubbing
