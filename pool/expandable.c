@@ -60,14 +60,13 @@ static int new_segment(xs_device_t *d, xs_pool_t *p, size_t size, xs_segment_t *
   return 0;
 }
 
-/* The largest new chunk a mapping of seg may create.  Small pools map
- * single pages, so that each can move on its own; large pools map each gap
- * a request needs as one chunk of at most XS_CHUNK_CAP (one handle for a
- * growth of up to that size, as cudaMalloc), or page_size_mb chunks when
- * configured (docs/design.md, "Handle sizing"). */
+/* The largest new chunk a mapping of seg may create (0: the gap).  Small
+ * pools map single pages, so that each can move on its own; large pools map
+ * each gap a request needs as one chunk (fast growth: one handle per
+ * growth, as cudaMalloc), or page_size_mb chunks when configured
+ * (docs/design.md, "Handle sizing"). */
 static size_t new_chunk_max(const xs_device_t *d, const xs_segment_t *seg) {
-  if (seg->pool->cls == XS_SMALL) return seg->vs.page;
-  return d->large_page ? d->large_page : xs_round_up(XS_CHUNK_CAP, seg->vs.page);
+  return seg->pool->cls == XS_SMALL ? seg->vs.page : d->large_page;
 }
 
 static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t addr, size_t size);
@@ -566,9 +565,10 @@ static int small_chunk(size_t size, size_t page) { return size / page <= XS_PIEC
  * it.  A large chunk (more than XS_PIECE_PAGES pages): the part before the
  * block, the page holding the block's start if the block shares it, the
  * pages the block fills, the page holding its end if shared, and the part
- * after - at most five handles, each wholly under the block or wholly
- * outside it, so every free page stays reclaimable; a later block that
- * covers a part in part converts that part again.  Under pressure too:
+ * after - at most five parts, each wholly under the block or wholly
+ * outside it, so every free page stays reclaimable, and each made as
+ * handles of at most XS_PIECE_CAP (convert()); a later block that covers a
+ * handle in part converts that handle again.  Under pressure too:
  * single pages there made a handle per page, and every move of a page
  * into a request an unmap, a map and a set access of its own
  * (docs/design.md, "Handle sizing").  A smaller chunk: single pages, which
@@ -623,6 +623,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
   if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   uintptr_t done = lo;
+  const size_t piece_max = xs_round_up(XS_PIECE_CAP, page);
   if (n == 0) {
     rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, ca, cb, page, page, &done));
   } else {
@@ -630,7 +631,8 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
       uintptr_t p0 = i ? cut[i - 1] : ca;
       if (cut[i] <= lo || p0 >= hi) continue; /* given back */
       if (done != p0) break;
-      rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, p0, cut[i], cut[i] - p0, cut[i] - p0, &done));
+      const size_t most = cut[i] - p0 < piece_max ? cut[i] - p0 : piece_max; /* XS_PIECE_CAP */
+      rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, p0, cut[i], most, most, &done));
     }
   }
   if (done > lo) {

@@ -113,18 +113,16 @@
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing"). */
 #define XS_PIECE_PAGES 16
-/* A growth in the large pool maps the pages a request fills as chunks of at
- * most XS_CHUNK_CAP bytes (unless page_size_mb says otherwise).  A
- * conversion re-makes the whole chunk it cuts, at about 1-1.4 us per MiB
- * of the chunk on an H100 (create and release), while a handle costs about
- * 50 us whatever its size: a chunk of a few tens of MiB balances the two.
- * Uncapped, a chunk as large as the request that made it was cut again and
- * again by the smaller requests that followed, each cut re-making the rest
- * (torch_gpt2s_train made 127,950 MiB of handles in its first pass for a
- * live peak of 51,317; capped, 61,714), and a 64 MiB cap took the first
- * pass's driver time down on 9 of 11 traces
- * (docs/benchmarks.md, "Capped chunks"). */
-#define XS_CHUNK_CAP ((size_t)64 << 20)
+/* A conversion makes each part of the chunk it cuts (pieces()) as handles
+ * of at most XS_PIECE_CAP bytes.  Re-making a chunk costs about 1-1.4 us
+ * per MiB of it on an H100 (the release and the creates), a handle about
+ * 50 us whatever its size; as one handle, the rest of a large chunk was
+ * made again by every smaller request that cut it next (the first pass of
+ * torch_gpt2s_train made 127,950 MiB of handles for a live peak of 51,317
+ * MiB; 86,338 with the cap, on an H100).  A growth still maps one handle,
+ * as cudaMalloc.  64 MiB made fewer bytes still, but left one min budget
+ * 0.010 higher (docs/benchmarks.md, "Capped pieces"). */
+#define XS_PIECE_CAP ((size_t)128 << 20)
 /* Under pressure, a piece before or after the block of more than
  * XS_GIVE_BACK_PAGES pages is not made again but given back to the driver:
  * made again at once it needs the memory the driver is still scrubbing

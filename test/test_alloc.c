@@ -577,35 +577,45 @@ XT_TEST(large_handles_convert_into_pieces_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
-/* A growth maps what a request fills as chunks of at most XS_CHUNK_CAP
- * (so that cutting one later re-makes at most that much), unless
- * page_size_mb sets the size. */
-static void chunk_cap_case(const char *conf, long long handles) {
-  XT_REQUIRE(t_init(conf) == 0);
-  char *p = xseg_malloc(200 * MiB, 0, NULL); /* 100 whole pages */
-  XT_REQUIRE(p);
-  t_fill(p, 200 * MiB, 7);
-  XT_CHECK_MSG(t_stat(0, "num_device_alloc") == handles && t_stat(0, "handles_live.current") == handles,
-               "%s: 200 MiB made %lld handles (%lld live), expected %lld", conf, t_stat(0, "num_device_alloc"),
-               t_stat(0, "handles_live.current"), handles);
-  XT_CHECK(t_verify(p, 200 * MiB, 7));
-  XT_CHECK_EQ(xseg_free(p), 0);
+/* A conversion makes the parts of the chunk it cuts as handles of at most
+ * XS_PIECE_CAP, so that the next request that cuts the rest re-makes at
+ * most that much; a growth still maps one handle. */
+XT_TEST(conversions_make_handles_of_at_most_the_piece_cap) {
+  _Static_assert(XS_PIECE_CAP == 128 * MiB, "the counts below are of 128 MiB pieces");
+  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+  char *keep = xseg_malloc(2 * MiB, 0, NULL);
+  long long made = t_stat(0, "num_device_alloc");
+  char *x = xseg_malloc(1024 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(keep && x && y);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc") - made, 2); /* x in one handle, y in a page */
+  t_fill(keep, 2 * MiB, 1);
+  t_fill(y, 2 * MiB, 2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long conv = t_stat(0, "num_conversions"), live = t_stat(0, "handles_live.current");
+  made = t_stat(0, "num_device_alloc");
+  char *a = xseg_malloc(100 * MiB, 0, NULL);
+  XT_REQUIRE(a);
+  t_fill(a, 100 * MiB, 3);
+  XT_CHECK_MSG(a >= x && a + 100 * MiB <= x + 1024 * MiB, "100 MiB did not land in the free 1024 MiB handle");
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
+  /* 100 MiB in one; the rest, 924 MiB: 7 x 128 + 28. */
+  XT_CHECK_MSG(t_stat(0, "num_device_alloc") - made == 9 && t_stat(0, "handles_live.current") == live - 1 + 9,
+               "the conversion made %lld handles (%lld live, %lld before)", t_stat(0, "num_device_alloc") - made,
+               t_stat(0, "handles_live.current"), live);
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(keep, 2 * MiB, 1) && t_verify(y, 2 * MiB, 2) && t_verify(a, 100 * MiB, 3));
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
-}
-XT_TEST(growth_maps_chunks_of_at_most_the_cap) {
-  _Static_assert(XS_CHUNK_CAP == 64 * MiB, "the case below counts 64 MiB chunks");
-  chunk_cap_case("host_capacity_mb:4096", 4); /* 64 + 64 + 64 + 8 MiB */
-  chunk_cap_case("host_capacity_mb:4096,page_size_mb:256", 1);
-  chunk_cap_case("host_capacity_mb:4096,page_size_mb:16", 13);
 }
 
 /* Under pressure, a conversion does not make again a rest of more than
  * XS_GIVE_BACK_PAGES pages beside the block: its memory goes back to the
  * driver (a create of it right after the release would wait for the
- * driver's scrub), and stays usable anywhere.  Chunks that large exist
- * only where page_size_mb allows them (XS_CHUNK_CAP). */
+ * driver's scrub), and stays usable anywhere. */
 XT_TEST(large_rests_of_a_conversion_go_back_under_pressure) {
-  XT_REQUIRE(t_init("host_capacity_mb:1280,page_size_mb:1024") == 0);
+  XT_REQUIRE(t_init("host_capacity_mb:1280") == 0);
   char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(1024 * MiB, 0, NULL);
   char *y = xseg_malloc(2 * MiB, 0, NULL), *fill = xseg_malloc(240 * MiB, 0, NULL);
   XT_REQUIRE(keep && x && y && fill);
@@ -1279,7 +1289,7 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
-  XT_RUN(growth_maps_chunks_of_at_most_the_cap);
+  XT_RUN(conversions_make_handles_of_at_most_the_piece_cap);
   XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
   XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
   XT_RUN(pacing_makes_pages_where_they_cost_less_and_probes_back_off);
