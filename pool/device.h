@@ -180,8 +180,9 @@ struct xs_device_s {
    * place for, and its steps there, hashed into these slots (expandable.c,
    * no_fit_key); 32 KiB. */
   uint64_t no_fit[XS_NO_FIT_SLOTS];
-  /* The last request size each slot's sizes were searched for: the memo
-   * serves a size's second search on (expandable.c); 8 KiB. */
+  /* Request sizes the whole-chunk search met, each in a slot picked by a
+   * hash of the size (the latest wins): the memo serves a size from its
+   * second search on (expandable.c); 8 KiB. */
   uint64_t searched[XS_SEARCHED_SLOTS];
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
