@@ -344,7 +344,7 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
     d->live_peak = live;
     if (live - d->peak_step > d->peak_step / XS_SETTLE_RISE) {
       d->peak_step = live;
-      d->peak_step_at = d->handed[XS_SMALL] + d->handed[XS_LARGE];
+      d->peak_step_at = xs_handed_bytes(d);
     }
   }
   if (d->cfg->trace_file[0]) {

@@ -196,10 +196,14 @@ struct xs_device_s {
   xs_stats_t stats;            /* the allocator's own; the physical layer's are in vmm.st */
 };
 
+/* Bytes handed out on the device, both classes, ever (the turns that
+ * settled(), packing and the surplus budget count are differences of it). */
+static inline uint64_t xs_handed_bytes(const xs_device_t *d) { return d->handed[XS_SMALL] + d->handed[XS_LARGE]; }
+
 /* Bytes live on the device, by the allocator's own count (handed out less
  * returned; the user's statistics may be reset). */
 static inline uint64_t xs_live_bytes(const xs_device_t *d) {
-  return d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->returned[XS_SMALL] - d->returned[XS_LARGE];
+  return xs_handed_bytes(d) - d->returned[XS_SMALL] - d->returned[XS_LARGE];
 }
 
 /* owners.c: which device's segments an address may lie in, read without

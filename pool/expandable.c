@@ -684,7 +684,7 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
  * device holds? */
 static int settled(const xs_device_t *d) {
   const uint64_t peak = d->live_peak;
-  const uint64_t since = d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->peak_step_at;
+  const uint64_t since = xs_handed_bytes(d) - d->peak_step_at;
   const size_t part = xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM;
   return since >= peak * XS_SETTLE_TURNS && part >= peak && part >= d->vmm.held;
 }
@@ -702,7 +702,7 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   if (settled(d)) return d->pinned[1] + c->size <= room / XS_SETTLED_PIN_DIV;
   const uint64_t peak = d->live_peak;
   /* Handed out since the last new start (xs_empty_cache), as the peak. */
-  const uint64_t handed = d->handed[XS_SMALL] + d->handed[XS_LARGE] - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
+  const uint64_t handed = xs_handed_bytes(d) - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
   const size_t budget = room / (handed >= peak * XS_TURNED ? XS_TURNED_PIN_DIV : XS_PIN_DIV);
   return d->vmm.held > peak + peak / XS_SURPLUS_DIV && d->pinned[1] + c->size <= budget;
 }
