@@ -678,24 +678,27 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
   return !tight(d) && d->pinned[0] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
 }
 
-/* Has the workload settled: has its live peak held (risen by at most
- * 1/XS_SETTLE_RISE) while it handed out XS_SETTLE_TURNS times that peak,
- * on a device with room for XS_SETTLED_ROOM times it and times what the
- * device holds? */
+/* Has the live peak held (risen by at most 1/XS_SETTLE_RISE) while the
+ * program handed out XS_SETTLE_TURNS times that peak? */
+static int peak_held(const xs_device_t *d) {
+  return xs_handed_bytes(d) - d->peak_step_at >= d->live_peak * XS_SETTLE_TURNS;
+}
+
+/* Has the workload settled: has its peak held, on a device with room for
+ * XS_SETTLED_ROOM times it and times what the device holds? */
 static int settled(const xs_device_t *d) {
-  const uint64_t peak = d->live_peak;
-  const uint64_t since = xs_handed_bytes(d) - d->peak_step_at;
   const size_t part = xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM;
-  return since >= peak * XS_SETTLE_TURNS && part >= peak && part >= d->vmm.held;
+  return peak_held(d) && part >= d->live_peak && part >= d->vmm.held;
 }
 
 /* May a block pin large chunk c of any size, charged to the surplus
  * budget: while memory is plentiful, and either the workload has settled
- * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room) or the
- * device holds more than 1/XS_SURPLUS_DIV above the live peak (within
- * 1/XS_PIN_DIV of the room, 1/XS_TURNED_PIN_DIV once the program has
- * handed out XS_TURNED times that peak since its last new start;
- * expandable.h). */
+ * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room), or the
+ * device holds more than 1/XS_SURPLUS_DIV above the live peak, or the
+ * peak has held and it and c leave 1/XS_ROOMY_DIV of the room free (a
+ * large workload that repeats; within 1/XS_PIN_DIV of the room,
+ * 1/XS_TURNED_PIN_DIV once the program has handed out XS_TURNED times
+ * that peak since its last new start; expandable.h). */
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   if (tight(d)) return 0;
   const size_t room = xs_vmm_room(&d->vmm);
@@ -704,7 +707,9 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   /* Handed out since the last new start (xs_empty_cache), as the peak. */
   const uint64_t handed = xs_handed_bytes(d) - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
   const size_t budget = room / (handed >= peak * XS_TURNED ? XS_TURNED_PIN_DIV : XS_PIN_DIV);
-  return d->vmm.held > peak + peak / XS_SURPLUS_DIV && d->pinned[1] + c->size <= budget;
+  if (d->pinned[1] + c->size > budget) return 0;
+  return d->vmm.held > peak + peak / XS_SURPLUS_DIV ||
+         (peak_held(d) && peak + c->size + room / XS_ROOMY_DIV <= room);
 }
 
 /* May a request of `size` bytes take fresh memory rather than wait for
