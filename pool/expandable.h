@@ -111,8 +111,10 @@
  * chunk leave 1/XS_ROOMY_DIV of the room free: the second pass of the
  * recorded GPT-2-medium training (59 GiB live, an H100's memory, host
  * backend) makes 6 driver calls instead of 242, its third none instead of
- * about 60, and the GPT-2-small one's first pass 4,047 instead of 4,738;
- * the largest min-budget change is +0.0011 (torch_gpt2_train).  Leaving
+ * about 60, and the GPT-2-small one's first pass 4,047 instead of 4,738
+ * but its second 78 instead of 47 (203 instead of 6 on an H100: it cuts
+ * what its first pass pinned, the budget being full); the largest
+ * min-budget change is +0.0011 (torch_gpt2_train).  Leaving
  * only an eighth free, pins made on a plateau below the final peak lived
  * on to it: mixed_streams +0.0021 under a cap; judged by what the device
  * holds rather than the peak, torch_gpt2s_train +0.0020 to +0.0036. */
