@@ -114,10 +114,10 @@
  * about 60, and the GPT-2-small one's first pass 4,047 instead of 4,738
  * but its second 78 instead of 47 (203 instead of 6 on an H100: it cuts
  * what its first pass pinned, the budget being full); the largest
- * min-budget change is +0.0011 (torch_gpt2_train).  Leaving
- * only an eighth free, pins made on a plateau below the final peak lived
- * on to it: mixed_streams +0.0021 under a cap; judged by what the device
- * holds rather than the peak, torch_gpt2s_train +0.0020 to +0.0036. */
+ * min-budget change is +0.0011 (torch_gpt2_train).  Leaving only an
+ * eighth free, pins made on a plateau below the final peak lived on to
+ * it: mixed_streams +0.0021 under a cap; judged by what the device holds
+ * rather than the peak, torch_gpt2s_train +0.0020 to +0.0036. */
 #define XS_SETTLE_TURNS 2
 #define XS_SETTLED_PIN_DIV 16
 #define XS_SETTLED_ROOM 2
