@@ -557,11 +557,6 @@ static int tight(const xs_device_t *d) {
   return (held < room ? room - held : 0) < room / XS_PLENTIFUL;
 }
 
-/* At least 1/XS_ROOMY_DIV of the room free: far from the limit. */
-static int roomy(const xs_device_t *d) {
-  return xs_vmm_headroom(&d->vmm) >= xs_vmm_room(&d->vmm) / XS_ROOMY_DIV;
-}
-
 /* A chunk of at most XS_PIECE_PAGES pages: converting it makes single
  * pages, so avoid_conversion pins it instead where it may. */
 static int small_chunk(size_t size, size_t page) { return size / page <= XS_PIECE_PAGES; }
@@ -577,12 +572,11 @@ static int small_chunk(size_t size, size_t page) { return size / page <= XS_PIEC
  * single pages there made a handle per page, and every move of a page
  * into a request an unmap, a map and a set access of its own
  * (docs/design.md, "Handle sizing").  A smaller chunk: single pages, which
- * never convert again; but while memory is `spare` (roomy()), pieces too if
- * it has more than XS_PIECE_ROOMY_PAGES pages.  Writes the page-aligned ends of the pieces
- * into cut[] and returns how many. */
-static int pieces(uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page, int spare,
+ * never convert again.  Writes the page-aligned ends of the pieces into
+ * cut[] and returns how many. */
+static int pieces(uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t page,
                   uintptr_t cut[5]) {
-  if (small_chunk(cb - ca, page) && !(spare && (cb - ca) / page > XS_PIECE_ROOMY_PAGES)) return 0; /* pages */
+  if (small_chunk(cb - ca, page)) return 0; /* pages */
   const uintptr_t m = page - 1;
   const uintptr_t raw[5] = {a & ~m, (a + m) & ~m, b & ~m, (b + m) & ~m, cb};
   int n = 0;
@@ -607,7 +601,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   *changed = 0;
   if (!xs_stream_safe(d, seg->pool->st, f->free_seq, 1)) return XSEG_EBACKEND; /* an event failed */
   uintptr_t cut[5];
-  int n = pieces(ca, cb, a, b, page, roomy(d), cut);
+  int n = pieces(ca, cb, a, b, page, cut);
   /* A block before the chunk that survives what follows: f itself if it
    * keeps a mapped part before the chunk, else its neighbour (live, or
    * unmapped and about to absorb the chunk's pages). */

@@ -125,23 +125,6 @@
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing"). */
 #define XS_PIECE_PAGES 16
-/* ... except far from the limit (a quarter of the room free, XS_ROOMY_DIV):
- * there a chunk of more than XS_PIECE_ROOMY_PAGES pages becomes pieces
- * too, at most five handles instead of up to sixteen.  Most of a large
- * training step's first-pass conversions are of such chunks, cut while the
- * device is far from full: on the recorded GPT-2-medium trace (an H100's
- * memory, host backend) 68 of 122 conversions made 726 page handles; with
- * pieces its first pass made 5,105 driver calls instead of 6,124, and
- * training's 2,007 instead of 2,529.  Pieces convert again when a later
- * block cuts them, where pages never do, and a piece the GPU is still
- * using is pinned or waited for where a page would simply be taken, so
- * the rule costs memory the nearer the limit it applies: host min budgets
- * rose by up to 0.0027 with pieces at any distance from the limit, 0.0026
- * while plentiful (one page of torch_gpt2s_infer's 779 MiB, --lag 16),
- * 0.0029 while plentiful from five pages, 0.0022 while roomy at any size,
- * and by at most 0.0018 as here (docs/benchmarks.md, "Small chunks in
- * pieces"). */
-#define XS_PIECE_ROOMY_PAGES 4
 /* A conversion makes each part of the chunk it cuts (pieces()) as handles
  * of at most XS_PIECE_CAP bytes.  Re-making a chunk costs about 1-1.4 us
  * per MiB of it on an H100 (the release and the creates), a handle about
