@@ -577,6 +577,53 @@ XT_TEST(large_handles_convert_into_pieces_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* A request over part of a small free handle (16 pages, XS_PIECE_PAGES)
+ * that cannot pin it (the pin budget, cap / 128, is less than the handle)
+ * re-makes it as single pages, far from the limit and near it alike: pages
+ * never convert again.  (Pieces instead, while a quarter of the room was
+ * free, made no first pass cheaper on an H100: docs/benchmarks.md, "Small
+ * chunks in pieces".)  Every free page stays reclaimable. */
+static void small_pages_case(size_t cap_mb, size_t fill_mb) {
+  char conf[64];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *x = xseg_malloc(32 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
+  char *fill = fill_mb ? xseg_malloc(fill_mb * MiB, 0, NULL) : NULL;
+  XT_REQUIRE(keep && x && y && (fill || !fill_mb));
+  t_fill(keep, 2 * MiB, 1);
+  t_fill(y, 2 * MiB, 2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  long long conv = t_stat(0, "num_conversions"), made = t_stat(0, "num_device_alloc");
+  long long live = t_stat(0, "handles_live.current");
+  char *a = alloc_in(6 * MiB, x, 32 * MiB, 3);
+  XT_REQUIRE(a);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
+  made = t_stat(0, "num_device_alloc") - made;
+  XT_CHECK_MSG(made == XS_PIECE_PAGES, "a 16-page handle cut by a 3-page block became %lld handles, not pages", made);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), live - 1 + XS_PIECE_PAGES);
+  /* A later block in the rest converts nothing. */
+  conv = t_stat(0, "num_conversions");
+  char *b = alloc_in(4 * MiB, a + 6 * MiB, 26 * MiB, 4);
+  XT_REQUIRE(b);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(keep, 2 * MiB, 1) && t_verify(y, 2 * MiB, 2) && t_verify(a, 6 * MiB, 3));
+  XT_CHECK_EQ(xseg_free(b), 0);
+  if (fill) XT_CHECK_EQ(xseg_free(fill), 0);
+  /* Every page but the 10 MiB live ones is reachable in one block. */
+  check_rest_reachable((cap_mb - 10) * MiB, "the whole device but 10 MiB live");
+  XT_CHECK(t_verify(a, 6 * MiB, 3));
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(small_handles_convert_into_pages_far_from_the_limit) { small_pages_case(2048, 0); }
+/* 128 MiB: 106 held leaves 22 free, over an eighth (plentiful, and still
+ * no pin: the budget is 1 MiB). */
+XT_TEST(small_handles_convert_into_pages_near_the_limit) { small_pages_case(128, 70); }
+
 /* A conversion makes the parts of the chunk it cuts as handles of at most
  * XS_PIECE_CAP, so that the next request that cuts the rest re-makes at
  * most that much; a growth still maps one handle. */
@@ -1309,6 +1356,8 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
+  XT_RUN(small_handles_convert_into_pages_far_from_the_limit);
+  XT_RUN(small_handles_convert_into_pages_near_the_limit);
   XT_RUN(conversions_make_handles_of_at_most_the_piece_cap);
   XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
   XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
