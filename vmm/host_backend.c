@@ -846,15 +846,23 @@ void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns) {
   pthread_mutex_unlock(&h->mu);
 }
 
-/* An H100 80GB HBM3, driver 580.159.04 (docs/design.md, "Handle sizing";
- * benchmarks/results/gpu-h100-driver-probe.txt, -release.txt): create
- * 12-23 us for 2-32 MiB and 21-53 us for 512 MiB, map 1-2 us, set access
- * 30-39 and 58-72 us, unmap 19-25 and 28-38 us, release 15-51 and 336-530
- * us; a refused create 50-100 us; cuMemGetInfo 5-6.5 us. */
+/* An H100 80GB HBM3, driver 580.159.04: each kind of call's cost per call
+ * and per MiB, fitted (least squares) to the driver's own times in 34
+ * first passes of the shipped traces replayed by xseg-bench on the GPU
+ * (benchmarks/results/gpu-h100-small-pieces.txt, G): set access 24.7 us +
+ * 0.049 us/MiB (5 % off in the median pass, 10 % at most), create 5.8 us
+ * + 0.303 us/MiB (a poor fit: 34 % off in the median pass), release 15.1
+ * us + 0.305 us/MiB, unmap 19 us, map 1 us.  The costs before
+ * came from the driver probe's isolated calls (gpu-h100-driver-probe.txt:
+ * set access 30-39 us, a 512 MiB release 336-530 us) and put the model's
+ * driver time at 0.94-1.80 of the GPU's in those passes (median 1.45) and
+ * 0.97-1.66 under a cap at 1.02 of the peak; these, at 0.72-1.77 (median
+ * 1.17) and 0.71-1.27 (docs/benchmarks.md, "Modelled time").  A refused
+ * create 50-100 us; cuMemGetInfo 5-6.5 us. */
 const xs_host_costs_t xs_host_h100_costs = {
-    .create_ns = 16000, .create_ns_mib = 50, .release_ns = 20000, .release_ns_mib = 800,
-    .map_ns = 1500,     .unmap_ns = 21000,   .unmap_ns_mib = 20,   .access_ns = 33000,
-    .access_ns_mib = 60, .refused_ns = 60000, .mem_info_ns = 6000};
+    .create_ns = 5800, .create_ns_mib = 303, .release_ns = 15100, .release_ns_mib = 305,
+    .map_ns = 1000,     .unmap_ns = 19000,   .unmap_ns_mib = 11,   .access_ns = 24700,
+    .access_ns_mib = 49, .refused_ns = 60000, .mem_info_ns = 6000};
 
 void xs_host_model_time(xs_backend_t *b, const xs_host_costs_t *costs) {
   host_t *h = H(b);
