@@ -53,13 +53,13 @@ void xs_host_fail_clear(xs_backend_t *b);
 /* Model the driver's scrub of released memory (off until called): the
  * chunks of a released handle of more than one granule come back
  * ns_per_mib per MiB after the release, one release after another, and a
- * create of more than one granule that needs chunks still being scrubbed
- * sleeps wait_ns (the driver waits about 7 ms on an H100 although a 64 MiB
- * scrub takes under 0.1 ms) and is counted in scrub_waits.  Single
- * granules are neither scrubbed nor kept waiting: on an H100 a 2 MiB
- * handle made right after any release, and a large one made of released
- * 2 MiB handles, did not wait (gpu-h100-driver-probe-release.txt).
- * 0, 0 turns it off. */
+ * create that needs chunks still being scrubbed sleeps wait_ns (the driver waits about 7 ms on an H100 although a 64 MiB
+ * scrub takes under 0.1 ms) and is counted in scrub_waits.  Released
+ * single granules are not scrubbed (a large handle made of released 2 MiB
+ * handles did not wait, gpu-h100-driver-probe-release.txt); a single
+ * granule created where every free chunk is still being scrubbed waits as
+ * a larger create does (gpu-h100-page-waits.txt), and one created beside
+ * free memory does not.  0, 0 turns it off. */
 void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns);
 
 /* Modelled time: every call advances the backend's clock (now_ns) by
