@@ -750,6 +750,42 @@ XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Once pacing is on, a single page is paced too where the device has no
+ * free memory beside what the driver is scrubbing: there the driver makes
+ * a 2 MiB create wait as a larger one (an H100 under a filler: 218 of 346
+ * creates that waited were single pages).  Beside free memory it is not
+ * paced (the test above). */
+XT_TEST(a_page_is_paced_where_only_scrubbing_memory_is_free) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
+  xs_backend_t *be = t_backend();
+  xs_host_model_time(be, &xs_host_h100_costs);
+  xs_host_scrub(be, 16000, 3000000);
+  char *fill = xseg_malloc(88 * MiB, 0, NULL); /* 40 MiB stay free: each round takes them all */
+  XT_REQUIRE(fill);
+  release_rounds(32);
+  XT_CHECK_MSG(t_stat(0, "num_create_waits") >= 1, "no create waited: pacing never started");
+  XT_CHECK_MSG(t_stat(0, "time_paced_ns") > 0, "nothing was paced");
+  /* The last round gave its 40 MiB back: all the free memory is scrubbing. */
+  long long made = t_stat(0, "num_device_alloc"), paced = t_stat(0, "time_paced_ns");
+  xs_host_counters_t c;
+  xs_host_counters(be, 0, &c);
+  uint64_t waits = c.scrub_waits;
+  char *b = xseg_malloc(1 * MiB, 0, NULL); /* a small-pool page */
+  XT_REQUIRE(b);
+  t_fill(b, 1 * MiB, 9);
+  XT_CHECK(t_verify(b, 1 * MiB, 9));
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc") - made, 1);
+  XT_CHECK_MSG(t_stat(0, "time_paced_ns") > paced, "the page was not paced");
+  xs_host_counters(be, 0, &c);
+  XT_CHECK_MSG(c.scrub_waits == waits, "the page waited in the driver");
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  xs_host_scrub(be, 0, 0);
+  xs_host_model_time(be, NULL);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Where the driver makes a create wait for memory that a release just gave
  * back (modelled by xs_host_scrub: 16 us per MiB, a 3 ms wait), xseg, on a
  * nearly full device, learns it from the first creates that wait and then
@@ -1360,6 +1396,7 @@ int main(void) {
   XT_RUN(small_handles_convert_into_pages_near_the_limit);
   XT_RUN(conversions_make_handles_of_at_most_the_piece_cap);
   XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
+  XT_RUN(a_page_is_paced_where_only_scrubbing_memory_is_free);
   XT_RUN(creates_after_releases_wait_out_the_scrub_on_a_full_device);
   XT_RUN(pacing_makes_pages_where_they_cost_less_and_probes_back_off);
   XT_RUN(slow_creates_that_no_scrub_explains_do_not_start_pacing);

@@ -255,6 +255,8 @@ static int device_nearly_full(const xs_vmm_t *v) {
  * it was scrubbing already. */
 static void scrub_queue(xs_vmm_t *v, size_t size, uint64_t t) {
   if (size <= v->gran) return; /* a single page is given back at once */
+  if (v->scrub_end_ns <= t) v->scrubbing = 0;
+  v->scrubbing += size;
   uint64_t start = v->scrub_end_ns > t ? v->scrub_end_ns : t;
   v->scrub_end_ns = start + (uint64_t)(size >> 20) * v->scrub_ns_per_mib;
   /* No further ahead than one wait of the driver's: after a release of
@@ -265,13 +267,15 @@ static void scrub_queue(xs_vmm_t *v, size_t size, uint64_t t) {
 }
 
 /* Before a create of size bytes: sleep out the scrub where creates have
- * been waiting for it (never for a single page: the driver gives one at
- * once).  Returns the nanoseconds slept; *probe set for the unpaced probe. */
+ * been waiting for it (a single page only where the device has no free
+ * memory beside what it scrubs: else the driver gives one at once).
+ * Returns the nanoseconds slept; *probe set for the unpaced probe. */
 static uint64_t pace(xs_vmm_t *v, size_t size, int *probe) {
   *probe = 0;
-  /* No clock read while not pacing; a page is given at once; and with
-   * half the device free the driver has memory beside the scrub. */
-  if (!v->pacing || size <= v->gran || !device_nearly_full(v)) return 0;
+  /* No clock read while not pacing; and with half the device free the
+   * driver has memory beside the scrub. */
+  if (!v->pacing || !device_nearly_full(v)) return 0;
+  if (size <= v->gran && xs_vmm_device_free(v) >= v->scrubbing + size) return 0; /* a page beside the scrub */
   uint64_t t = now(v);
   if (v->scrub_end_ns <= t) return 0;
   if (++v->paced >= v->probe_every) {

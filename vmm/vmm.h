@@ -140,6 +140,7 @@ typedef struct xs_vmm_s {
   uint64_t scrub_end_ns;         /* when the driver is expected to have scrubbed what was released */
   uint64_t scrub_ns_per_mib;     /* its pace, learned (XS_VMM_SCRUB_NS_PER_MIB at first) */
   uint64_t released_ns;          /* when the last release ended */
+  size_t scrubbing;              /* bytes released (of handles over a page) before scrub_end_ns */
   int pacing;                    /* creates after releases were seen waiting: sleep out the scrub first */
   unsigned paced;                /* paced creates since the last unpaced probe */
   unsigned probe_every;          /* paced creates between probes (XS_VMM_PACE_PROBE .. _MAX) */
@@ -221,9 +222,14 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
  * doubles the interval (up to XS_VMM_PACE_PROBE_MAX), since it cost the
  * driver's whole wait.  Nothing is paced while the device is not nearly
  * full (memory others let go ends the sleeps at the next look, not the
- * next probe).  Single pages are neither paced nor counted in the
- * scrub: the driver gives a 2 MiB handle at once after any release, and
- * releasing 2 MiB handles did not make a large create wait. */
+ * next probe).  Releasing 2 MiB handles did not make a create wait, so
+ * they are not counted in the scrub.  A single page is given at once where
+ * the device has free memory beside what it is scrubbing, and is paced
+ * only where it has none: on an H100 under a filler, the first create
+ * after a release onto a device left with no free memory waited 4-7 ms,
+ * a 2 MiB one too (218 of the 346 creates that waited in seven replays
+ * at 1.02 of the peak, 1.4 of their 2.2 s of waits;
+ * benchmarks/results/gpu-h100-page-waits.txt). */
 #define XS_VMM_SCRUB_NS_PER_MIB 4000
 #define XS_VMM_WAITED_NS 1500000
 #define XS_VMM_CREATE_NS_PER_MIB 3000 /* a large create is slow by itself: about 3 us per MiB */
