@@ -53,8 +53,9 @@ void xs_host_fail_clear(xs_backend_t *b);
 /* Model the driver's scrub of released memory (off until called): the
  * chunks of a released handle of more than one granule come back
  * ns_per_mib per MiB after the release, one release after another, and a
- * create that needs chunks still being scrubbed sleeps wait_ns (the driver waits about 7 ms on an H100 although a 64 MiB
- * scrub takes under 0.1 ms) and is counted in scrub_waits.  Released
+ * create that needs chunks still being scrubbed sleeps wait_ns (the
+ * driver waits about 7 ms on an H100 although a 64 MiB scrub takes under
+ * 0.1 ms) and is counted in scrub_waits.  Released
  * single granules are not scrubbed (a large handle made of released 2 MiB
  * handles did not wait, gpu-h100-driver-probe-release.txt); a single
  * granule created where every free chunk is still being scrubbed waits as

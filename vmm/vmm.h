@@ -239,9 +239,11 @@ static inline size_t xs_vmm_headroom(const xs_vmm_t *v) {
 #define XS_VMM_PACE_ROOM_DIV 2
 #define XS_VMM_PACE_WINDOW_NS 20000000 /* a create this soon after a release may need its memory */
 /* While pacing, what is left of the scrub a create larger than a page
- * would sleep out (0: none).  A single page is given at once, so a gap of
- * n pages costs less as pages while n x XS_VMM_PAGE_NS (a page's create,
- * map and set access at the limit, about 58 us on an H100) is less. */
+ * would sleep out (0: none).  A single page is given at once beside free
+ * memory (and where there is none, only the first waits out the scrub), so
+ * a gap of n pages costs less as pages while n x XS_VMM_PAGE_NS (a page's
+ * create, map and set access at the limit, about 58 us on an H100) is
+ * less. */
 uint64_t xs_vmm_scrub_left(xs_vmm_t *v);
 #define XS_VMM_PAGE_NS 60000
 
