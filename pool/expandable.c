@@ -760,12 +760,11 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
 
 /* A place for `size` bytes inside pool p's mapped free memory that covers
  * every large chunk it touches wholly, so that nothing has to be
- * converted: the start of a free block or of a chunk in it, or a start
- * that ends the block at a chunk's end.  Of those, the one whose chunks
- * exceed the request by the fewest bytes, and at once one that fits a
- * chunk to within a page: a shape met before finds the chunk its earlier
- * self left, and does not take a run of chunks that other shapes will
- * want (docs/design.md, "Handle sizing").  Smallest free blocks first, and
+ * converted: the start of a free block or of a chunk in it.  Of those,
+ * the one whose chunks exceed the request by the fewest bytes, and at once
+ * one that fits a chunk to within a page: a shape met before finds the
+ * chunk its earlier self left, and does not take a run of chunks that
+ * other shapes will want (docs/design.md, "Handle sizing").  Smallest free blocks first, and
  * only so many blocks and chunks are looked at, to bound the search. */
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
@@ -851,21 +850,17 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
     for (; k < WHOLE_FIT_CHUNKS && x + size <= f1; k++, steps++) {
       const xs_extent_t c = xs_vseg_extent_at(vs, x);
       const uintptr_t cend = c.addr + c.size;
-      /* Starting here (the last byte's chunk is c where the request ends
-       * in it), else ending at this chunk's end: a place inside c, which
-       * lies wholly in c from its first byte to its last. */
-      const uintptr_t at[2] = {x, cend - x > size && cend - size >= f0 ? cend - size : 0};
-      for (int i = 0; i < 2; i++) {
-        if (!at[i]) continue;
-        size_t take;
-        const xs_extent_t hi = i == 1 || x + size <= cend ? c : xs_vseg_extent_at(vs, x + size - 1);
-        size_t e = place_excess(vs, f, c, hi, at[i], size, fold, &take);
-        placed |= e != SIZE_MAX;
-        if (e < best) {
-          best = e;
-          *out = (xs_fit_t){f, at[i], take, NULL, 0};
-          if (e < page) return 1;
-        }
+      /* A place starting here.  (One ending at c's end instead, where the
+       * request fits inside c, covers the same chunks, c alone, takes as
+       * much and so exceeds by as much: it can never beat this one.) */
+      size_t take;
+      const xs_extent_t hi = x + size <= cend ? c : xs_vseg_extent_at(vs, x + size - 1);
+      const size_t e = place_excess(vs, f, c, hi, x, size, fold, &take);
+      placed |= e != SIZE_MAX;
+      if (e < best) {
+        best = e;
+        *out = (xs_fit_t){f, x, take, NULL, 0};
+        if (e < page) return 1;
       }
       x = cend;
     }
