@@ -855,6 +855,7 @@ XT_TEST(slow_creates_that_no_scrub_explains_do_not_start_pacing) {
   xs_backend_t *be = t_backend();
   xs_host_costs_t slow = xs_host_h100_costs;
   slow.create_ns = 5000000;
+  slow.full_mib = 0; /* every create at that price, however full the device */
   xs_host_model_time(be, &slow);
   char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free: nearly full */
   XT_REQUIRE(fill);

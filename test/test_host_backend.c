@@ -229,6 +229,47 @@ XT_TEST(a_granule_waits_only_where_all_free_memory_is_scrubbing) {
   b->destroy(b);
 }
 
+/* On an H100 a create costs about twice as much where the device has
+ * little memory free beside it (gpu-h100-budget-goal-paced.txt): the
+ * model charges the "full" prices where a create leaves less than full_mib
+ * free, and the usual ones elsewhere, a boundary of exactly full_mib
+ * included. */
+XT_TEST(a_create_costs_more_where_it_leaves_the_device_nearly_full) {
+  xs_backend_t *b = mk(16, 1); /* 8 granules */
+  XT_REQUIRE(b);
+  xs_host_costs_t k = {.create_ns = 1000, .create_ns_mib = 10, .full_mib = 4, .page_full_ns = 50000,
+                       .create_full_ns = 70000, .create_full_ns_mib = 100};
+  xs_host_model_time(b, &k);
+  xs_handle_t h[5];
+  uint64_t wall0 = xs_clock_ns(), t0 = b->now_ns(b);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[0]), 0); /* 12 MiB left: 1000 + 10 x 4 */
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[1]), 0); /* 8 left: 1040 */
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[2]), 0); /* 4 left, not less: 1040 */
+  XT_CHECK_EQ(b->create(b, 0, G, &h[3]), 0);     /* 2 left, a single granule: 50000 */
+  XT_CHECK_EQ(b->release(b, 0, h[3]), 0);        /* releases cost nothing here */
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[4]), 0); /* none left, larger: 70000 + 100 x 4 */
+  const uint64_t modelled = 3 * 1040 + 50000 + 70400;
+  uint64_t t = b->now_ns(b) - t0;
+  uint64_t wall = xs_clock_ns() - wall0;
+  XT_CHECK_MSG(t >= modelled && t - modelled <= wall, "the clock moved %llu ns for %llu modelled in %llu ns",
+               (unsigned long long)t, (unsigned long long)modelled, (unsigned long long)wall);
+  /* Without full prices (full_mib 0) the same create costs the usual. */
+  k.full_mib = 0;
+  xs_host_model_time(b, &k);
+  XT_CHECK_EQ(b->release(b, 0, h[4]), 0); /* 4 MiB free */
+  wall0 = xs_clock_ns();
+  t0 = b->now_ns(b);
+  XT_CHECK_EQ(b->create(b, 0, 2 * G, &h[4]), 0); /* none left, but no full prices: 1040 */
+  t = b->now_ns(b) - t0;
+  wall = xs_clock_ns() - wall0;
+  XT_CHECK_MSG(t >= 1040 && t - 1040 <= wall, "the clock moved %llu ns for 1040 modelled", (unsigned long long)t);
+  xs_host_model_time(b, NULL);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(b->release(b, 0, h[i]), 0);
+  XT_CHECK_EQ(b->release(b, 0, h[4]), 0);
+  check_clean(b);
+  b->destroy(b);
+}
+
 XT_TEST(capacity_exhaustion_is_enomem) {
   xs_backend_t *b = mk(8, 1); /* 4 granules */
   XT_REQUIRE(b);
@@ -445,6 +486,7 @@ int main(void) {
   XT_RUN(capacity_exhaustion_is_enomem);
   XT_RUN(hidden_and_scrubbed_memory_is_modelled);
   XT_RUN(a_granule_waits_only_where_all_free_memory_is_scrubbing);
+  XT_RUN(a_create_costs_more_where_it_leaves_the_device_nearly_full);
   XT_RUN(driver_rules_are_enforced);
   XT_RUN(each_injected_fault_errors_and_leaks_nothing);
   XT_RUN(events_follow_the_stream_controls);

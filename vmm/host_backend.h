@@ -72,6 +72,10 @@ void xs_host_scrub(xs_backend_t *b, uint64_t ns_per_mib, uint64_t wait_ns);
  * far stays on the clock). */
 typedef struct xs_host_costs_s {
   uint64_t create_ns, create_ns_mib;
+  /* Where a create leaves less than full_mib MiB of the device free, it
+   * costs these instead: a single granule page_full_ns, a larger handle
+   * create_full_ns and create_full_ns_mib per MiB (0: as above). */
+  uint64_t full_mib, page_full_ns, create_full_ns, create_full_ns_mib;
   uint64_t release_ns, release_ns_mib;
   uint64_t map_ns;
   uint64_t unmap_ns, unmap_ns_mib;
