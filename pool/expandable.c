@@ -764,8 +764,9 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
  * the one whose chunks exceed the request by the fewest bytes, and at once
  * one that fits a chunk to within a page: a shape met before finds the
  * chunk its earlier self left, and does not take a run of chunks that
- * other shapes will want (docs/design.md, "Handle sizing").  Smallest free blocks first, and
- * only so many blocks and chunks are looked at, to bound the search. */
+ * other shapes will want (docs/design.md, "Handle sizing").  Smallest
+ * free blocks first, and only so many blocks and chunks are looked at, to
+ * bound the search. */
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
 
