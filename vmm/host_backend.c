@@ -350,7 +350,7 @@ static int op_create(host_t *h, int dev, size_t size, xs_handle_t *out) {
   h->handles[id - 1] = hh;
   d->c.handles_live++;
   d->c.handle_bytes += size;
-  if (h->costs.full_mib && (d->nchunks - d->used_chunks) * h->gran < (h->costs.full_mib << 20)) {
+  if (h->costs.full_mib && (free_chunks - n) * h->gran < (h->costs.full_mib << 20)) { /* left free after it */
     if (n == 1)
       charge(h, h->costs.page_full_ns, 0, 0);
     else
