@@ -942,10 +942,44 @@ static void away_from_pins(const xs_device_t *d, size_t size, xs_fit_t *f) {
   }
 }
 
+/* A place for a small request of `size` bytes in large pool `large`
+ * (XS_GAP_ROOM_PAGES in expandable.h): the free bytes of a page that a
+ * live block holds in part, at the head or tail of a free block, beside
+ * that live neighbour, and on a page-sized chunk, so that no free page
+ * and no pin is held longer.  Of those that fit, the smallest; the place
+ * lies against the neighbour.  1: *out set. */
+static int small_in_gap(const xs_device_t *d, const xs_pool_t *large, size_t size, xs_fit_t *out) {
+  const uintptr_t m = d->vmm.gran - 1;
+  size_t best = SIZE_MAX;
+  for (xs_block_t *f = xs_tree_lower_bound(&large->free, size); f; f = xs_tree_next(f)) {
+    const uintptr_t f0 = f->addr, f1 = xs_block_end(f);
+    for (int tail = 0; tail < 2; tail++) {
+      const xs_block_t *nb = tail ? f->next : f->prev;
+      if (!nb || nb->state == XS_BLOCK_FREE || ((tail ? f1 : f0) & m) == 0) continue;
+      /* The part of f on the page it shares with nb. */
+      const uintptr_t g0 = tail && (f1 & ~m) > f0 ? f1 & ~m : f0;
+      const uintptr_t g1 = !tail && ((f0 + m) & ~m) < f1 ? (f0 + m) & ~m : f1;
+      if (g1 - g0 < size || g1 - g0 >= best || xs_vseg_extent_at(&f->seg->vs, g0).size != m + 1) continue;
+      best = g1 - g0;
+      *out = (xs_fit_t){f, tail ? g1 - size : g0, size, NULL, 0};
+    }
+  }
+  return best != SIZE_MAX;
+}
+
+/* May a small request take a large page's free bytes (small_in_gap)? */
+static int small_may_share(const xs_device_t *d) {
+  return xs_vmm_room(&d->vmm) <= (size_t)XS_GAP_ROOM_PAGES * d->vmm.gran && packing(d, XS_SMALL);
+}
+
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
   for (;;) {
     xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL, 0};
+    if (!f.b && p->cls == XS_SMALL && small_may_share(d) && small_in_gap(d, &p->st->pools[XS_LARGE], size, &f)) {
+      *out = f;
+      return 0;
+    }
     int grown = f.b == NULL;
     if (grown) {
       int rc = grow(d, p, size, &f.b, &f.addr, &f.take);

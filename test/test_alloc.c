@@ -624,6 +624,53 @@ XT_TEST(small_handles_convert_into_pages_far_from_the_limit) { small_pages_case(
  * no pin: the budget is 1 MiB). */
 XT_TEST(small_handles_convert_into_pages_near_the_limit) { small_pages_case(128, 70); }
 
+/* On a device of at most XS_GAP_ROOM_PAGES pages, while the small pool
+ * packs (it has handed out blocks and had none back), a small request
+ * with no small-pool block to fit takes the free
+ * rest of a large block's last page, against that block, and maps no page
+ * of its own; on a larger device it gets a small-pool page. */
+static void small_in_large_page_case(size_t cap_mb, int expect_shared) {
+  char conf[64];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  const size_t xn = 3 * MiB + 128 * KiB, sn = 64 * KiB;
+  /* Two 1 MiB blocks fill the small pool's one page. */
+  char *k0 = xseg_malloc(MiB, 0, NULL), *k1 = xseg_malloc(MiB, 0, NULL), *x = xseg_malloc(xn, 0, NULL);
+  XT_REQUIRE(k0 && k1 && x);
+  XT_CHECK_EQ(t_stat(0, "reserved_bytes.small_pool.current"), (long long)(2 * MiB));
+  t_fill(x, xn, 1);
+  long long pages = t_stat(0, "reserved_bytes.small_pool.current");
+  long long made = t_stat(0, "num_device_alloc");
+  char *s = xseg_malloc(sn, 0, NULL);
+  XT_REQUIRE(s);
+  t_fill(s, sn, 2);
+  if (expect_shared) {
+    XT_CHECK_MSG(s == x + xn, "the small block is at x + %td, not against x's end in its last page", s - x);
+    XT_CHECK_EQ(t_stat(0, "num_device_alloc"), made);
+    XT_CHECK_EQ(t_stat(0, "reserved_bytes.small_pool.current"), pages);
+    XT_CHECK_EQ(t_stat(0, "allocated_bytes.large_pool.current"), (long long)(xn + sn));
+  } else {
+    XT_CHECK_MSG(s < x || s >= x + 4 * MiB, "the small block is in x's pages on a %zu MiB device", cap_mb);
+    XT_CHECK_EQ(t_stat(0, "reserved_bytes.small_pool.current"), pages + (long long)(2 * MiB));
+  }
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(x, xn, 1) && t_verify(s, sn, 2));
+  /* Freed in either order, the whole device is reachable again. */
+  XT_CHECK_EQ(xseg_free(x), 0);
+  XT_CHECK(t_verify(s, sn, 2));
+  XT_CHECK_EQ(xseg_free(s), 0);
+  XT_CHECK_EQ(xseg_free(k0), 0);
+  XT_CHECK_EQ(xseg_free(k1), 0);
+  check_rest_reachable(cap_mb * MiB, "the whole device");
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(a_small_block_shares_a_large_page_on_a_small_device) {
+  _Static_assert(XS_GAP_ROOM_PAGES * 2 == 1024, "the devices below are either side of 1024 MiB");
+  small_in_large_page_case(256, 1);
+}
+XT_TEST(a_small_block_gets_a_page_of_its_own_on_a_larger_device) { small_in_large_page_case(2048, 0); }
+
 /* A conversion makes the parts of the chunk it cuts as handles of at most
  * XS_PIECE_CAP, so that the next request that cuts the rest re-makes at
  * most that much; a growth still maps one handle. */
@@ -1395,6 +1442,8 @@ int main(void) {
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(small_handles_convert_into_pages_far_from_the_limit);
   XT_RUN(small_handles_convert_into_pages_near_the_limit);
+  XT_RUN(a_small_block_shares_a_large_page_on_a_small_device);
+  XT_RUN(a_small_block_gets_a_page_of_its_own_on_a_larger_device);
   XT_RUN(conversions_make_handles_of_at_most_the_piece_cap);
   XT_RUN(large_rests_of_a_conversion_go_back_under_pressure);
   XT_RUN(a_page_is_paced_where_only_scrubbing_memory_is_free);
