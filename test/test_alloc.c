@@ -626,9 +626,9 @@ XT_TEST(small_handles_convert_into_pages_near_the_limit) { small_pages_case(128,
 
 /* On a device of at most XS_GAP_ROOM_PAGES pages, while the small pool
  * packs (it has handed out blocks and had none back), a small request
- * with no small-pool block to fit takes the free
- * rest of a large block's last page, against that block, and maps no page
- * of its own; on a larger device it gets a small-pool page. */
+ * that no small-pool block fits takes the free rest of a large block's
+ * last page, against that block, and maps no page of its own; on a larger
+ * device it gets a small-pool page. */
 static void small_in_large_page_case(size_t cap_mb, int expect_shared) {
   char conf[64];
   snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
