@@ -757,6 +757,7 @@ XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
   xs_backend_t *be = t_backend();
   xs_host_model_time(be, &xs_host_h100_costs);
+  xs_host_model_clock(be, 1); /* decisions independent of the host's load */
   xs_host_scrub(be, 16000, 3000000);
   char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free */
   XT_REQUIRE(fill);
@@ -792,6 +793,7 @@ XT_TEST(pacing_makes_pages_where_they_cost_less_and_probes_back_off) {
   release_rounds(4);
   XT_CHECK_EQ(t_stat(0, "time_paced_ns"), paced);
   xs_host_scrub(be, 0, 0);
+  xs_host_model_clock(be, 0);
   xs_host_model_time(be, NULL);
   T_CHECK_HEAP();
   XT_CHECK_EQ(xseg_shutdown(), 0);
@@ -806,6 +808,7 @@ XT_TEST(a_page_is_paced_where_only_scrubbing_memory_is_free) {
   XT_REQUIRE(t_init("host_capacity_mb:128") == 0);
   xs_backend_t *be = t_backend();
   xs_host_model_time(be, &xs_host_h100_costs);
+  xs_host_model_clock(be, 1); /* decisions independent of the host's load */
   xs_host_scrub(be, 16000, 3000000);
   char *fill = xseg_malloc(88 * MiB, 0, NULL); /* 40 MiB stay free: each round takes them all */
   XT_REQUIRE(fill);
@@ -828,6 +831,7 @@ XT_TEST(a_page_is_paced_where_only_scrubbing_memory_is_free) {
   XT_CHECK_EQ(xseg_free(b), 0);
   XT_CHECK_EQ(xseg_free(fill), 0);
   xs_host_scrub(be, 0, 0);
+  xs_host_model_clock(be, 0);
   xs_host_model_time(be, NULL);
   T_CHECK_HEAP();
   XT_CHECK_EQ(xseg_shutdown(), 0);
@@ -904,6 +908,7 @@ XT_TEST(slow_creates_that_no_scrub_explains_do_not_start_pacing) {
   slow.create_ns = 5000000;
   slow.full_mib = 0; /* every create at that price, however full the device */
   xs_host_model_time(be, &slow);
+  xs_host_model_clock(be, 1);
   char *fill = xseg_malloc(80 * MiB, 0, NULL); /* 48 MiB stay free: nearly full */
   XT_REQUIRE(fill);
   release_rounds(32);
@@ -914,6 +919,7 @@ XT_TEST(slow_creates_that_no_scrub_explains_do_not_start_pacing) {
   release_rounds(32);
   XT_CHECK(t_stat(0, "num_create_waits") > 0);
   xs_host_scrub(be, 0, 0);
+  xs_host_model_clock(be, 0);
   xs_host_model_time(be, NULL);
   XT_CHECK_EQ(xseg_free(fill), 0);
   T_CHECK_HEAP();

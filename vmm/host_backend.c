@@ -120,6 +120,8 @@ typedef struct host_s {
   int timed;                                /* xs_host_model_time: calls cost modelled time */
   xs_host_costs_t costs;
   uint64_t skew;                            /* modelled time so far: the clock runs this far ahead */
+  int frozen;                               /* xs_host_model_clock: the host's clock stands still */
+  uint64_t frozen_at;                       /* the host's clock when it stopped */
 } host_t;
 
 static _Thread_local char host_err[256];
@@ -136,8 +138,9 @@ static int fail(int code, const char *fmt, ...) {
 static host_t *H(xs_backend_t *b) { return (host_t *)b; }
 
 /* The backend's clock: the host's, plus the modelled time of the calls
- * and sleeps so far (xs_host_model_time). */
-static uint64_t hclock(const host_t *h) { return xs_clock_ns() + h->skew; }
+ * and sleeps so far (xs_host_model_time); only the latter while the host's
+ * clock is stopped (xs_host_model_clock). */
+static uint64_t hclock(const host_t *h) { return (h->frozen && h->timed ? h->frozen_at : xs_clock_ns()) + h->skew; }
 
 /* A call's modelled cost: base ns, and per_mib ns per MiB of `size`. */
 static void charge(host_t *h, uint64_t base, uint64_t per_mib, size_t size) {
@@ -884,6 +887,14 @@ void xs_host_model_time(xs_backend_t *b, const xs_host_costs_t *costs) {
   pthread_mutex_lock(&h->mu);
   h->timed = costs != NULL;
   if (costs) h->costs = *costs;
+  pthread_mutex_unlock(&h->mu);
+}
+
+void xs_host_model_clock(xs_backend_t *b, int on) {
+  host_t *h = H(b);
+  pthread_mutex_lock(&h->mu);
+  if (on && !h->frozen) h->frozen_at = xs_clock_ns();
+  h->frozen = on != 0;
   pthread_mutex_unlock(&h->mu);
 }
 

@@ -85,6 +85,12 @@ typedef struct xs_host_costs_s {
 } xs_host_costs_t;
 extern const xs_host_costs_t xs_host_h100_costs;
 void xs_host_model_time(xs_backend_t *b, const xs_host_costs_t *costs);
+/* While time is modelled, let the backend's clock count modelled time
+ * only, not the host's (on 1, off 0): what the allocator decides from the
+ * clock (pacing, the scrub) then does not depend on how busy the host is,
+ * as tests need; a replay timed as an H100 would take it keeps the host's
+ * time, which is the allocator's own work. */
+void xs_host_model_clock(xs_backend_t *b, int on);
 
 /* Keep `bytes` of each device's free memory from creates while its free
  * figure (mem_info) still shows them, as the CUDA driver keeps a little
