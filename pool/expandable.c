@@ -23,9 +23,10 @@
  * A block is never placed over part of a large free chunk (a handle of
  * several pages): that chunk is first re-made as smaller handles, each
  * wholly under the block or wholly outside it (pieces()), so every free
- * page stays reclaimable - unless memory is plentiful and a cheaper answer
- * is within its bounds: a pin, fresh memory, a place over whole chunks
- * (exp_acquire).
+ * page stays reclaimable - unless a cheaper answer is within its bounds:
+ * while memory is plentiful a pin, fresh memory or a place over whole
+ * chunks, under pressure a place that covers whole chunks exactly
+ * (avoid_conversion).
  *
  * Fences (pool/alloc.c, xs_stream_safe).  A block freed on stream S is reusable by S at once (stream
  * order), but its pages may be unmapped only when the GPU has finished
@@ -760,13 +761,13 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
 
 /* A place for `size` bytes inside pool p's mapped free memory that covers
  * every large chunk it touches wholly, so that nothing has to be
- * converted: the start of a free block or of a chunk in it.  Of those,
- * the one whose chunks exceed the request by the fewest bytes, and at once
- * one that fits a chunk to within a page: a shape met before finds the
- * chunk its earlier self left, and does not take a run of chunks that
- * other shapes will want (docs/design.md, "Handle sizing").  Smallest
- * free blocks first, and only so many blocks and chunks are looked at, to
- * bound the search. */
+ * converted: the start of a free block or of a chunk in it.  Of those
+ * whose chunks exceed the request by fewer than `limit` bytes, the one
+ * that exceeds it by the fewest, and at once one that fits a chunk to
+ * within a page: a shape met before finds the chunk its earlier self
+ * left, and does not take a run of chunks that other shapes will want
+ * (docs/design.md, "Handle sizing").  Smallest free blocks first, and
+ * only so many blocks and chunks are looked at, to bound the search. */
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
 
@@ -819,7 +820,7 @@ static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t siz
   return h & ~(uint64_t)NO_FIT_STEPS;
 }
 
-static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
+static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t limit, xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
   /* The memo pays only for sizes asked for again: a size's first search
@@ -830,7 +831,7 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
   uint64_t *seen = &d->searched[((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_SEARCHED_SLOTS - 1)];
   const int use_memo = *seen == (uint64_t)size;
   *seen = size;
-  size_t best = SIZE_MAX;
+  size_t best = limit;
   int steps = 0;
   for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
     uint64_t key = 0, *memo = NULL;
@@ -868,7 +869,7 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *
     xs_assert_internal(!known || (!placed && (uint64_t)k == (*memo & NO_FIT_STEPS)));
     if (memo && !placed) *memo = key | (uint64_t)k;
   }
-  return best != SIZE_MAX;
+  return best != limit;
 }
 
 /* May a request of `size` bytes take fresh memory rather than convert a
@@ -882,23 +883,30 @@ static int grow_instead(const xs_device_t *d, size_t size) {
          d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
 }
 
-/* The request's best fit would cover large free chunk c in part.  While
- * memory is plentiful, converting c (an unmap and a release, then a create,
- * map and set-access per piece) is the costly answer: first place the
- * request where it covers whole chunks (whole_chunk_fit); else, if c would
- * become single pages (XS_PIECE_PAGES: up to 16 handles) and the pin
- * budget allows, pin c, as for a busy chunk (may_pin: no driver call; its
- * free pages stay usable in place, and reclaimable once no block in it
- * lives); else, while the device holds well over the live peak, pin c
- * whatever its size within the surplus budget (may_pin_surplus); else,
- * while the device is roomy and holds little more than the live peak
- * (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), take fresh memory (one
- * or two handles) and leave c whole for a request of its own size.
- * 1: *f holds the new place; 0: convert after all; -1: a growth attempt
- * failed and may have moved pages, look again. */
+/* The request's best fit would cover large free chunk c in part, and
+ * converting c (an unmap and a release, then a create, map and set-access
+ * per piece) is the costly answer.  Under pressure, where every byte
+ * counts, a request of whole pages goes instead where it covers a run of
+ * whole free chunks exactly (whole_chunk_fit with no excess), if there is
+ * one: nothing is stranded in or beside it and no handle is made.  Looser
+ * places (any size, within a page) left recorded ViT training twice the
+ * partly used pages at its peak, gaps under a page between live blocks
+ * (docs/benchmarks.md, "Whole-chunk places under pressure").  While
+ * memory is plentiful: first place the request where it covers whole
+ * chunks (whole_chunk_fit); else, if c would become single pages
+ * (XS_PIECE_PAGES: up to 16 handles) and the pin budget allows, pin c, as
+ * for a busy chunk (may_pin: no driver call; its free pages stay usable in
+ * place, and reclaimable once no block in it lives); else, while the
+ * device holds well over the live peak, pin c whatever its size within
+ * the surplus budget (may_pin_surplus); else, while the device is roomy
+ * and holds little more than the live peak (grow_instead, XS_ROOMY_DIV
+ * and XS_SLACK_DIV), take fresh memory (one or two handles) and leave c
+ * whole for a request of its own size.  1: *f holds the new place; 0:
+ * convert after all; -1: a growth attempt failed and may have moved pages,
+ * look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_fit_t *f) {
-  if (tight(d)) return 0;
-  if (whole_chunk_fit(d, p, size, f)) return 1;
+  if (tight(d)) return size % d->vmm.gran == 0 && whole_chunk_fit(d, p, size, 1, f);
+  if (whole_chunk_fit(d, p, size, SIZE_MAX, f)) return 1;
   if (small_chunk(c->size, d->vmm.gran) && may_pin(d, c)) {
     f->pin = c;
     return 1;

@@ -577,6 +577,51 @@ XT_TEST(large_handles_convert_into_pieces_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Under pressure a request of whole pages whose best fit would convert a
+ * handle takes a run of whole free handles of exactly its size instead,
+ * if there is one: no handle is made and nothing is stranded.  A request
+ * of a size between pages still converts (a looser place stranded more,
+ * docs/benchmarks.md, "Whole-chunk places under pressure"). */
+XT_TEST(exact_handles_are_taken_instead_of_converting_under_pressure) {
+  XT_REQUIRE(t_init("host_capacity_mb:128") == 0); /* tight below 16 MiB free */
+  /* keep | a: 12 MiB, one handle | s | b1, b2: 8 MiB, one handle each | t | fill */
+  char *keep = xseg_malloc(2 * MiB, 0, NULL), *a = xseg_malloc(12 * MiB, 0, NULL), *s = xseg_malloc(2 * MiB, 0, NULL);
+  char *b1 = xseg_malloc(8 * MiB, 0, NULL), *b2 = xseg_malloc(8 * MiB, 0, NULL), *t = xseg_malloc(2 * MiB, 0, NULL);
+  char *fill = xseg_malloc(84 * MiB, 0, NULL);
+  XT_REQUIRE(keep && a && s && b1 && b2 && t && fill);
+  XT_REQUIRE(b2 == b1 + 8 * MiB && a < s && s < b1);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 7);
+  t_fill(keep, 2 * MiB, 1);
+  t_fill(s, 2 * MiB, 2);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(b1), 0);
+  XT_CHECK_EQ(xseg_free(b2), 0);
+  /* Free: a's 12 MiB (the best fit for 8 MiB) and b1 + b2's 16 MiB. */
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *n = xseg_malloc(8 * MiB, 0, NULL);
+  XT_REQUIRE(n);
+  t_fill(n, 8 * MiB, 3);
+  XT_CHECK_MSG(n == b1, "8 MiB landed at b1 %+td, not on b1's handle", n - b1);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  /* 7 MiB is no whole number of pages: it converts (b2's handle, now the
+   * best fit), and every free page stays reclaimable. */
+  char *m = xseg_malloc(7 * MiB, 0, NULL);
+  XT_REQUIRE(m);
+  t_fill(m, 7 * MiB, 4);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
+  XT_CHECK(t_verify(keep, 2 * MiB, 1) && t_verify(s, 2 * MiB, 2) && t_verify(n, 8 * MiB, 3) && t_verify(m, 7 * MiB, 4));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(fill), 0);
+  XT_CHECK_EQ(xseg_free(m), 0);
+  XT_CHECK_EQ(xseg_free(n), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
+  XT_CHECK_EQ(xseg_free(s), 0);
+  XT_CHECK_EQ(xseg_free(t), 0);
+  check_rest_reachable(128 * MiB, "the whole device");
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* A request over part of a small free handle (16 pages, XS_PIECE_PAGES)
  * that cannot pin it (the pin budget, cap / 128, is less than the handle)
  * re-makes it as single pages, far from the limit and near it alike: pages
@@ -1446,6 +1491,7 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
+  XT_RUN(exact_handles_are_taken_instead_of_converting_under_pressure);
   XT_RUN(small_handles_convert_into_pages_far_from_the_limit);
   XT_RUN(small_handles_convert_into_pages_near_the_limit);
   XT_RUN(a_small_block_shares_a_large_page_on_a_small_device);
