@@ -891,7 +891,7 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * one: nothing is stranded in or beside it and no handle is made.  Looser
  * places (any size, within a page) left recorded ViT training twice the
  * partly used pages at its peak, gaps under a page between live blocks
- * (docs/benchmarks.md, "Whole-chunk places under pressure").  While
+ * (docs/benchmarks.md, "Exact whole-chunk places under pressure").  While
  * memory is plentiful: first place the request where it covers whole
  * chunks (whole_chunk_fit); else, if c would become single pages
  * (XS_PIECE_PAGES: up to 16 handles) and the pin budget allows, pin c, as

@@ -581,7 +581,7 @@ XT_TEST(large_handles_convert_into_pieces_under_pressure) {
  * handle takes a run of whole free handles of exactly its size instead,
  * if there is one: no handle is made and nothing is stranded.  A request
  * of a size between pages still converts (a looser place stranded more,
- * docs/benchmarks.md, "Whole-chunk places under pressure"). */
+ * docs/benchmarks.md, "Exact whole-chunk places under pressure"). */
 XT_TEST(exact_handles_are_taken_instead_of_converting_under_pressure) {
   XT_REQUIRE(t_init("host_capacity_mb:128") == 0); /* tight below 16 MiB free */
   /* keep | a: 12 MiB, one handle | s | b1, b2: 8 MiB, one handle each | t | fill */
