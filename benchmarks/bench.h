@@ -90,9 +90,12 @@ extern size_t bench_filler_mb;
 /* --model h100 (host backend): every xseg run keeps modelled time
  * (xs_host_model_time with an H100's call costs, and the driver's scrub
  * after releases, xs_host_scrub): replay times are what the same calls,
- * waits and sleeps take on that GPU.  bench_model_on is called by
- * bench_init; bench_clock_s is the clock replays are timed with (the
- * backend's, so modelled time where it runs; else CLOCK_MONOTONIC). */
+ * waits and sleeps take on that GPU, plus the host's own time.  xseg itself
+ * reads modelled time only (xs_host_model_clock), so its decisions do not
+ * depend on the host's load.  bench_model_on is called by bench_init;
+ * bench_clock_s is the clock replays are timed with (the backend's, so
+ * modelled time where it runs, plus CLOCK_MONOTONIC under --model; else
+ * CLOCK_MONOTONIC). */
 extern int bench_model;
 void bench_model_on(void);
 double bench_clock_s(void);
