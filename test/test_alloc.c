@@ -622,6 +622,68 @@ XT_TEST(exact_handles_are_taken_instead_of_converting_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* The whole-chunk search for a size not asked for lately, on a device
+ * whose workload has settled, ends at the first free block that has a
+ * place; a size asked for before, or any size before the workload has
+ * settled, still gets the closest place (pool/expandable.c,
+ * whole_chunk_fit).  On a 4 GiB device, free: A, 15 MiB in an 18 MiB
+ * handle that a live 3 MiB block pins (a 9 MiB place there leaves 9 MiB
+ * of the handle beside it), B, 20 MiB in one handle (no place: it would
+ * be cut), and C, 22 MiB in handles of 8 MiB, one page and 12 MiB (a
+ * place over 10 MiB).  The 9 MiB best fit, B after moving off A's pin,
+ * would cut B's handle, so the search runs. */
+static void first_place_case(int settle, int repeat) {
+  XT_REQUIRE(t_init("host_capacity_mb:4096") == 0);
+  char *x = xseg_malloc(18 * MiB, 0, NULL), *s0 = xseg_malloc(2 * MiB, 0, NULL);
+  char *b = xseg_malloc(20 * MiB, 0, NULL), *s1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *c1 = xseg_malloc(8 * MiB, 0, NULL), *c2 = xseg_malloc(2 * MiB, 0, NULL);
+  char *c3 = xseg_malloc(12 * MiB, 0, NULL), *s2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && s0 && b && s1 && c1 && c2 && c3 && s2);
+  XT_REQUIRE(s0 == x + 18 * MiB && b == s0 + 2 * MiB && c1 == s1 + 2 * MiB && c2 == c1 + 8 * MiB &&
+             c3 == c2 + 2 * MiB && s2 == c3 + 12 * MiB);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 8);
+  t_fill(s0, 2 * MiB, 1);
+  char *const seps[3] = {s0, s1, s2};
+  char *const freed[5] = {x, b, c1, c2, c3};
+  for (int i = 0; i < 5; i++) XT_CHECK_EQ(xseg_free(freed[i]), 0);
+  long long conv = t_stat(0, "num_conversions");
+  char *pin = xseg_malloc(3 * MiB, 0, NULL); /* pins x's handle: no whole-chunk place, 9 pages */
+  XT_REQUIRE(pin == x);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  /* Settle: twice the 66 MiB peak handed out in the small pool. */
+  for (int i = 0; settle && i < 140; i++) {
+    char *q = xseg_malloc(MiB, 0, NULL);
+    XT_REQUIRE(q);
+    XT_CHECK_EQ(xseg_free(q), 0);
+  }
+  long long creates = t_stat(0, "num_device_alloc");
+  char *r = NULL;
+  for (int k = 0; k <= repeat; k++) {
+    if (r) XT_CHECK_EQ(xseg_free(r), 0);
+    r = xseg_malloc(9 * MiB, 0, NULL);
+    XT_REQUIRE(r);
+    t_fill(r, 9 * MiB, 2);
+  }
+  char *want = settle && !repeat ? x + 3 * MiB : c1;
+  XT_CHECK_MSG(r == want, "9 MiB (settled %d, asked for before %d) at %+td from A, %+td from C", settle, repeat,
+               r - (x + 3 * MiB), r - c1);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  XT_CHECK(t_verify(s0, 2 * MiB, 1) && t_verify(r, 9 * MiB, 2));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_free(pin), 0);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(seps[i]), 0);
+  check_rest_reachable(4096 * MiB, "the whole device");
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place) {
+  first_place_case(1, 0);
+  first_place_case(1, 1); /* asked for before: the closest place */
+  first_place_case(0, 0); /* not settled: the closest place */
+}
+
 /* A request over part of a small free handle (16 pages, XS_PIECE_PAGES)
  * that cannot pin it (the pin budget, cap / 128, is less than the handle)
  * re-makes it as single pages, far from the limit and near it alike: pages
@@ -1492,6 +1554,7 @@ int main(void) {
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(exact_handles_are_taken_instead_of_converting_under_pressure);
+  XT_RUN(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place);
   XT_RUN(small_handles_convert_into_pages_far_from_the_limit);
   XT_RUN(small_handles_convert_into_pages_near_the_limit);
   XT_RUN(a_small_block_shares_a_large_page_on_a_small_device);
