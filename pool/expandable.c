@@ -944,6 +944,15 @@ static int in_pinned(const xs_block_t *f, uintptr_t a, size_t n) {
   return 0;
 }
 
+/* Does free block f lie wholly inside one chunk that reaches past it (so
+ * that in_pinned holds for every place in f)? */
+static int inside_pinned(const xs_block_t *f) {
+  const xs_vseg_t *vs = &f->seg->vs;
+  const xs_extent_t c = xs_vseg_extent_at(vs, f->addr);
+  const uintptr_t f1 = xs_block_end(f), cend = c.addr + c.size;
+  return c.size > vs->page && cend >= f1 && (c.addr < f->addr || cend > f1);
+}
+
 /* The best fit *f lies in a pinned chunk: move it, if a place outside
  * every pinned chunk is among the next free blocks up in size (XS_GUEST_*
  * in expandable.h). */
@@ -951,6 +960,7 @@ static void away_from_pins(const xs_device_t *d, size_t size, xs_fit_t *f) {
   int k = 0;
   for (xs_block_t *b = xs_tree_next(f->b); b && k < XS_GUEST_LOOK && b->size / XS_GUEST_SPAN <= size;
        b = xs_tree_next(b), k++) {
+    if (inside_pinned(b)) continue; /* every place in b is: no need to find one */
     uintptr_t a = place(d, b, size);
     size_t take = fit_take(d, b, a, size);
     if (!in_pinned(b, a, take)) {
