@@ -429,7 +429,7 @@ static unsigned place_cost(size_t page, uintptr_t f0, uintptr_t f1, uintptr_t x,
     n1 = n1 ? 3 : 0;
   }
   if (q0 == q1) return 4u >> n0;
-  return (unsigned)((q1 - q0) / page - 1) * 4 + (4u >> n0) + (4u >> n1);
+  return (unsigned)(((q1 - q0) >> __builtin_ctzll(page)) - 1) * 4 + (4u >> n0) + (4u >> n1); /* page: a power of two */
 }
 
 static int packing(const xs_device_t *d, int cls) {
@@ -560,7 +560,7 @@ static int tight(const xs_device_t *d) {
 
 /* A chunk of at most XS_PIECE_PAGES pages: converting it makes single
  * pages, so avoid_conversion pins it instead where it may. */
-static int small_chunk(size_t size, size_t page) { return size / page <= XS_PIECE_PAGES; }
+static int small_chunk(size_t size, size_t page) { return size <= (size_t)XS_PIECE_PAGES * page + page - 1; }
 
 /* The handles chunk [ca, cb) is re-made as when a block takes [a, b) of
  * it.  A large chunk (more than XS_PIECE_PAGES pages): the part before the

@@ -28,7 +28,10 @@ void xs_assert_fail(const char *expr, const char *file, int line) __attribute__(
 /* ---- rounding -------------------------------------------------------------- */
 
 /* x rounded up to a multiple of a (a > 0; the caller rules out overflow). */
-static inline size_t xs_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+static inline size_t xs_round_up(size_t x, size_t a) {
+  /* Pages and alignments are powers of two: a mask, not a 64-bit divide. */
+  return (a & (a - 1)) == 0 ? (x + a - 1) & ~(a - 1) : (x + a - 1) / a * a;
+}
 
 /* ---- counters ---------------------------------------------------------------- */
 
