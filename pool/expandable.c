@@ -774,10 +774,11 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
  * closer fit was most of a warm pass's time (rmm_uniform: 10.7 blocks and
  * 28 chunk steps a search, 87 % of allocations searching), and a closer
  * fit for a size that does not come back keeps no chunk for a later self.
- * Training steps repeat their sizes, and keep the full search.  On a
- * device that has not settled, which includes every budget near the peak,
- * nothing changes (docs/benchmarks.md, "The whole-chunk search for random
- * sizes"). */
+ * Training steps repeat their sizes, and keep the full search.  A device
+ * settles only with room for twice its live peak so far, so under a
+ * budget near the final peak only an early plateau below half of it can
+ * (host min budgets identical on every shipped trace; docs/benchmarks.md,
+ * "The whole-chunk search for random sizes"). */
 #define WHOLE_FIT_BLOCKS 32
 #define WHOLE_FIT_CHUNKS 512
 
