@@ -766,8 +766,10 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
  * that exceeds it by the fewest, and at once one that fits a chunk to
  * within a page: a shape met before finds the chunk its earlier self
  * left, and does not take a run of chunks that other shapes will want
- * (docs/design.md, "Handle sizing").  Smallest free blocks first, and
- * only so many blocks and chunks are looked at, to bound the search.
+ * (docs/design.md, "Handle sizing").  Smallest free blocks first, from
+ * `first` (the best fit's block: xs_pool_fit's answer, so that the tree is
+ * not walked down again), and only so many blocks and chunks are looked
+ * at, to bound the search.
  * Where the workload has settled (settled()) and the size was not asked
  * for lately (it has no memo: a random size), the first block that has a
  * place ends the search: there the walk on through later blocks for a
@@ -831,7 +833,8 @@ static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t siz
   return h & ~(uint64_t)NO_FIT_STEPS;
 }
 
-static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t limit, xs_fit_t *out) {
+static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t limit, xs_block_t *first,
+                           xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
   /* The memo pays only for sizes asked for again: a size's first search
@@ -845,7 +848,7 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t lim
   const int first_block = !use_memo && settled(d);
   size_t best = limit;
   int steps = 0;
-  for (xs_block_t *f = xs_tree_lower_bound(&p->free, size); f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
+  for (xs_block_t *f = first; f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
     uint64_t key = 0, *memo = NULL;
     int known = 0;
     if (use_memo) {
@@ -917,9 +920,10 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * whole for a request of its own size.  1: *f holds the new place; 0:
  * convert after all; -1: a growth attempt failed and may have moved pages,
  * look again. */
-static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_fit_t *f) {
-  if (tight(d)) return size % d->vmm.gran == 0 && whole_chunk_fit(d, p, size, 1, f);
-  if (whole_chunk_fit(d, p, size, SIZE_MAX, f)) return 1;
+static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_block_t *first,
+                            xs_fit_t *f) {
+  if (tight(d)) return size % d->vmm.gran == 0 && whole_chunk_fit(d, p, size, 1, first, f);
+  if (whole_chunk_fit(d, p, size, SIZE_MAX, first, f)) return 1;
   if (small_chunk(c->size, d->vmm.gran) && may_pin(d, c)) {
     f->pin = c;
     return 1;
@@ -1007,6 +1011,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
   int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
   for (;;) {
     xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL, 0};
+    xs_block_t *const first = f.b; /* the smallest free block that fits: where the whole-chunk search starts */
     if (!f.b && p->cls == XS_SMALL && small_may_share(d) && small_in_gap(d, &p->st->pools[XS_LARGE], size, &f)) {
       *out = f;
       return 0;
@@ -1032,7 +1037,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
      * sizing"). */
     xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
     if (c && !grown) {
-      int r = avoid_conversion(d, p, size, may_grow, c, &f);
+      int r = avoid_conversion(d, p, size, may_grow, c, first, &f);
       if (r < 0) {
         may_grow = 0;
         continue;
