@@ -324,7 +324,7 @@ static void *hand_out(xs_device_t *d, const xs_fit_t *f, size_t size, xseg_strea
   }
   if (f->pin) {
     b->pin = f->pin;
-    b->pin_budget = f->surplus ? 1 : 0;
+    b->pin_budget = (uint8_t)f->budget;
     d->pinned[b->pin_budget] += f->pin->size;
   }
   int cls = b->seg->pool->cls;

@@ -28,7 +28,7 @@ typedef struct tally_s {
   int64_t reserved[XS_NCLASS], segments[XS_NCLASS];
   int64_t pending;
   size_t free_mapped, mapped, chunks, chunk_bytes, fixed_bytes;
-  size_t pinned[2];
+  size_t pinned[XS_PINS];
 } tally_t;
 
 static int check_pages(const xs_device_t *d, const xs_segment_t *seg, tally_t *t) {
@@ -109,7 +109,7 @@ static int check_block(xs_device_t *d, const xs_segment_t *seg, const xs_block_t
       BAD("xseg: check: device %d: block %#lx holds %zu bytes for a request of %zu", d->id,
           (unsigned long)b->addr, b->size, b->requested);
     if (b->pin) {
-      if (b->pin_budget > 1 || b->pin->addr >= xs_block_end(b) || b->pin->addr + b->pin->size <= b->addr)
+      if (b->pin_budget >= XS_PINS || b->pin->addr >= xs_block_end(b) || b->pin->addr + b->pin->size <= b->addr)
         BAD("xseg: check: device %d: block %#lx pins a chunk at %#lx outside it (budget %d)", d->id,
             (unsigned long)b->addr, (unsigned long)b->pin->addr, b->pin_budget);
       t->pinned[b->pin_budget] += b->pin->size;
@@ -266,8 +266,9 @@ int xs_check_device(xs_device_t *d) {
   EQ("the pointer map's size", d->live.count, t.live[0] + t.live[1]);
   EQ("free_mapped_bytes", s->free_mapped_bytes.current, t.free_mapped);
   EQ("the free-mapped count", d->free_mapped, t.free_mapped);
-  EQ("the pinned bytes", d->pinned[0], t.pinned[0]);
-  EQ("the surplus-pinned bytes", d->pinned[1], t.pinned[1]);
+  EQ("the pinned bytes", d->pinned[XS_PINS_SHARED], t.pinned[XS_PINS_SHARED]);
+  EQ("the surplus-pinned bytes", d->pinned[XS_PINS_SURPLUS], t.pinned[XS_PINS_SURPLUS]);
+  EQ("the roomy-pinned bytes", d->pinned[XS_PINS_ROOMY], t.pinned[XS_PINS_ROOMY]);
   EQ("pending_frees", s->pending_frees.current, t.pending);
   EQ("mapped_bytes", vs->mapped_bytes.current, t.mapped);
   /* Held: every chunk, mapped or cached, and every fixed range. */

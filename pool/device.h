@@ -37,6 +37,13 @@
 /* ---- constants ---------------------------------------------------------- */
 
 #define XS_SMALL_MAX ((size_t)1 << 20)         /* requests <= 1 MiB are small */
+/* The budgets a pin is charged to (xs_device_t.pinned; expandable.h says
+ * how large each is): small or busy chunks, surplus chunks, and small idle
+ * chunks beyond the first budget while the device is roomy. */
+#define XS_PINS_SHARED 0
+#define XS_PINS_SURPLUS 1
+#define XS_PINS_ROOMY 2
+#define XS_PINS 3
 #define XS_NO_FIT_SLOTS 4096                   /* whole-chunk search memo slots (a power of two) */
 #define XS_SEARCHED_SLOTS 1024                 /* sizes the search met last, for its memo (a power of two) */
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */
@@ -105,7 +112,7 @@ typedef struct xs_fit_s {
   uintptr_t addr;
   size_t take;       /* the rounded size, or up to the end of its last page */
   xs_chunk_t *pin;   /* a large chunk the block will pin (expandable), or NULL */
-  int surplus;       /* the pin is charged to the surplus budget (pinned[1]) */
+  int budget;        /* the pin budget it is charged to: an index of pinned[] (XS_PINS_*) */
 } xs_fit_t;
 
 typedef struct xs_strategy_s {
@@ -161,8 +168,7 @@ struct xs_device_s {
   xs_pending_t *pending;
   size_t npending, cappending;
   size_t free_mapped;          /* bytes in mapped free blocks (all pools) */
-  size_t pinned[2];            /* bytes of pinned large chunks: [0] small or busy pins, [1] surplus
-                                  pins, each within 1/XS_PIN_DIV of the limit (expandable.h) */
+  size_t pinned[XS_PINS];      /* bytes of pinned large chunks, per budget (XS_PINS_*, expandable.h) */
   /* Bytes handed out and returned per class, for the packing rule
    * (expandable.c, XS_PACK_DIV): the allocator's own, so that resetting
    * the user's statistics changes nothing. */

@@ -676,7 +676,20 @@ static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
  * plentiful and pinned chunks stay within 1/XS_PIN_DIV of the room
  * (xs_vmm_room: the cap, or the device less what others hold). */
 static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
-  return !tight(d) && d->pinned[0] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
+  return !tight(d) && d->pinned[XS_PINS_SHARED] + c->size <= xs_vmm_room(&d->vmm) / XS_PIN_DIV;
+}
+
+/* Which budget may a small idle chunk c be pinned in, instead of being
+ * converted into single pages: the shared one (may_pin), or, while the
+ * device holds at most 1/XS_ROOMY_PIN_HELD_DIV of the room, a second one
+ * of 1/XS_ROOMY_PIN_DIV that only such pins use (expandable.h).  -1:
+ * neither. */
+static int idle_pin_budget(const xs_device_t *d, const xs_chunk_t *c) {
+  if (may_pin(d, c)) return XS_PINS_SHARED;
+  const size_t room = xs_vmm_room(&d->vmm);
+  if (d->vmm.held <= room / XS_ROOMY_PIN_HELD_DIV && d->pinned[XS_PINS_ROOMY] + c->size <= room / XS_ROOMY_PIN_DIV)
+    return XS_PINS_ROOMY;
+  return -1;
 }
 
 /* Has the live peak held (risen by at most 1/XS_SETTLE_RISE) while the
@@ -703,12 +716,12 @@ static int settled(const xs_device_t *d) {
 static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   if (tight(d)) return 0;
   const size_t room = xs_vmm_room(&d->vmm);
-  if (settled(d)) return d->pinned[1] + c->size <= room / XS_SETTLED_PIN_DIV;
+  if (settled(d)) return d->pinned[XS_PINS_SURPLUS] + c->size <= room / XS_SETTLED_PIN_DIV;
   const uint64_t peak = d->live_peak;
   /* Handed out since the last new start (xs_empty_cache), as the peak. */
   const uint64_t handed = xs_handed_bytes(d) - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
   const size_t budget = room / (handed >= peak * XS_TURNED ? XS_TURNED_PIN_DIV : XS_PIN_DIV);
-  if (d->pinned[1] + c->size > budget) return 0;
+  if (d->pinned[XS_PINS_SURPLUS] + c->size > budget) return 0;
   return d->vmm.held > peak + peak / XS_SURPLUS_DIV ||
          (peak_held(d) && peak + c->size + room / XS_ROOMY_DIV <= room);
 }
@@ -910,8 +923,9 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * (docs/benchmarks.md, "Exact whole-chunk places under pressure").  While
  * memory is plentiful: first place the request where it covers whole
  * chunks (whole_chunk_fit); else, if c would become single pages
- * (XS_PIECE_PAGES: up to 16 handles) and the pin budget allows, pin c, as
- * for a busy chunk (may_pin: no driver call; its free pages stay usable in
+ * (XS_PIECE_PAGES: up to 16 handles) and a pin budget allows, pin c, as
+ * for a busy chunk (idle_pin_budget: the shared budget, or on a roomy
+ * device a second one; no driver call; its free pages stay usable in
  * place, and reclaimable once no block in it lives); else, while the
  * device holds well over the live peak, pin c whatever its size within
  * the surplus budget (may_pin_surplus); else, while the device is roomy
@@ -924,13 +938,10 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
                             xs_fit_t *f) {
   if (tight(d)) return size % d->vmm.gran == 0 && whole_chunk_fit(d, p, size, 1, first, f);
   if (whole_chunk_fit(d, p, size, SIZE_MAX, first, f)) return 1;
-  if (small_chunk(c->size, d->vmm.gran) && may_pin(d, c)) {
+  const int budget = small_chunk(c->size, d->vmm.gran) ? idle_pin_budget(d, c) : may_pin_surplus(d, c) ? XS_PINS_SURPLUS : -1;
+  if (budget >= 0) {
     f->pin = c;
-    return 1;
-  }
-  if (!small_chunk(c->size, d->vmm.gran) && may_pin_surplus(d, c)) {
-    f->pin = c;
-    f->surplus = 1;
+    f->budget = budget;
     return 1;
   }
   if (!may_grow || !grow_instead(d, size)) return 0;

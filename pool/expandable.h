@@ -22,6 +22,25 @@
  * the limit left rmm_uniform at 1.0127 times its peak under --lag 16
  * (1.0098 with this budget). */
 #define XS_PIN_DIV 128
+/* Roomy idle pins.  While the device holds at most 1/XS_ROOMY_PIN_HELD_DIV
+ * of the room, a small idle chunk that the budget above has no room for
+ * may still be pinned, within a second budget of 1/XS_ROOMY_PIN_DIV of the
+ * room that only such pins use (xs_device_t.pinned[XS_PINS_ROOMY]); busy
+ * pins keep the first budget as before.  Converting such a chunk makes a
+ * handle per page, and in the first pass of the recorded training traces
+ * on an H100's memory the shared budget ran out: `training` converted 24
+ * chunks of 7-16 pages into some 330 page handles.  With the second
+ * budget (host backend, H100's memory) its first pass makes 1,856 driver
+ * calls instead of 2,529 and its second none instead of 81; every host
+ * min budget stays within +0.0011.  A second budget of 1/128 saved more
+ * but let the GPT-2-small training hold 3 % more under --lag 4 and 16;
+ * one of 1/256, less, with `torch_gpt2_train` +0.0018 at the min budget;
+ * one budget of 1/64 shared with busy pins, or no bound on what the
+ * device holds, cost up to 0.009 of the peak at the min budget
+ * (rmm_uniform, llm_serving under --lag 4; docs/benchmarks.md, "Roomy
+ * idle pins"). */
+#define XS_ROOMY_PIN_HELD_DIV 4
+#define XS_ROOMY_PIN_DIV 192
 /* Guests.  A free place inside a pinned chunk (one a live block holds
  * data in) strands nothing now, but a block put there carries the pin on
  * when the block that made it is freed, and the chunk's free pages stay

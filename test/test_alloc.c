@@ -684,6 +684,57 @@ XT_TEST(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place) {
   first_place_case(0, 0); /* not settled: the closest place */
 }
 
+/* Roomy idle pins (pool/expandable.h, XS_ROOMY_PIN_HELD_DIV): once the
+ * shared pin budget (1/128 of the room: 32 MiB of 4 GiB) is spent, a small
+ * idle handle that a request covers in part is still pinned, not made
+ * into page handles, while the device holds at most a quarter of the room,
+ * within a second budget of 1/192 of it (21 MiB).  Three free 16 MiB
+ * handles A, B, C: 3 MiB pins A and 14 MiB pins B (the shared budget),
+ * 15 MiB over C is pinned in the second budget, and is not where `extra_mb`
+ * live makes the device hold more than a quarter. */
+static void roomy_pin_case(size_t extra_mb, int expect_pin) {
+  XT_REQUIRE(t_init("host_capacity_mb:4096") == 0);
+  char *e = extra_mb ? xseg_malloc(extra_mb * MiB, 0, NULL) : NULL;
+  char *a = xseg_malloc(16 * MiB, 0, NULL), *s0 = xseg_malloc(2 * MiB, 0, NULL);
+  char *b = xseg_malloc(16 * MiB, 0, NULL), *s1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *c = xseg_malloc(16 * MiB, 0, NULL), *s2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(a && s0 && b && s1 && c && s2 && (e || !extra_mb));
+  XT_REQUIRE(b == s0 + 2 * MiB && c == s1 + 2 * MiB);
+  t_fill(s1, 2 * MiB, 1);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(xseg_free(c), 0);
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *p = xseg_malloc(3 * MiB, 0, NULL), *q = xseg_malloc(14 * MiB, 0, NULL);
+  XT_REQUIRE(p == a && q == b);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv); /* both pinned in the shared budget */
+  char *r = xseg_malloc(15 * MiB, 0, NULL);
+  XT_REQUIRE(r);
+  t_fill(r, 15 * MiB, 2);
+  const long long held = t_stat(0, "held_bytes.current") >> 20;
+  if (expect_pin) {
+    XT_CHECK_MSG(r == c && t_stat(0, "num_conversions") == conv && t_stat(0, "num_device_alloc") == creates,
+                 "C was not pinned with the device holding %lld MiB", held);
+  } else {
+    /* Not pinned: C converted, or fresh memory taken beside it (the live
+     * bytes are near their peak: XS_NEAR_PEAK_DIV). */
+    XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1 || r != c, "C was pinned with the device holding %lld MiB",
+                 held);
+  }
+  XT_CHECK(t_verify(s1, 2 * MiB, 1) && t_verify(r, 15 * MiB, 2));
+  T_CHECK_HEAP();
+  char *const all[7] = {p, q, r, s0, s1, s2, e};
+  for (int i = 0; i < 7; i++)
+    if (all[i]) XT_CHECK_EQ(xseg_free(all[i]), 0);
+  check_rest_reachable(4096 * MiB, "the whole device");
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(small_idle_handles_are_pinned_in_a_second_budget_on_a_roomy_device) {
+  roomy_pin_case(0, 1);
+  roomy_pin_case(1100, 0); /* 1,154 MiB held: over a quarter of the room */
+}
+
 /* A request over part of a small free handle (16 pages, XS_PIECE_PAGES)
  * that cannot pin it (the pin budget, cap / 128, is less than the handle)
  * re-makes it as single pages, far from the limit and near it alike: pages
@@ -1555,6 +1606,7 @@ int main(void) {
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(exact_handles_are_taken_instead_of_converting_under_pressure);
   XT_RUN(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place);
+  XT_RUN(small_idle_handles_are_pinned_in_a_second_budget_on_a_roomy_device);
   XT_RUN(small_handles_convert_into_pages_far_from_the_limit);
   XT_RUN(small_handles_convert_into_pages_near_the_limit);
   XT_RUN(a_small_block_shares_a_large_page_on_a_small_device);
