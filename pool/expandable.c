@@ -560,7 +560,7 @@ static int tight(const xs_device_t *d) {
 
 /* A chunk of at most XS_PIECE_PAGES pages: converting it makes single
  * pages, so avoid_conversion pins it instead where it may. */
-static int small_chunk(size_t size, size_t page) { return size <= (size_t)XS_PIECE_PAGES * page + page - 1; }
+static int small_chunk(size_t size, size_t page) { return size < (size_t)(XS_PIECE_PAGES + 1) * page; }
 
 /* The handles chunk [ca, cb) is re-made as when a block takes [a, b) of
  * it.  A large chunk (more than XS_PIECE_PAGES pages): the part before the
@@ -686,7 +686,7 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
  * neither. */
 static int idle_pin_budget(const xs_device_t *d, const xs_chunk_t *c) {
   if (may_pin(d, c)) return XS_PINS_SHARED;
-  const size_t room = xs_vmm_room(&d->vmm);
+  const size_t room = xs_vmm_room(&d->vmm); /* holding a quarter of it, the device is not tight */
   if (d->vmm.held <= room / XS_ROOMY_PIN_HELD_DIV && d->pinned[XS_PINS_ROOMY] + c->size <= room / XS_ROOMY_PIN_DIV)
     return XS_PINS_ROOMY;
   return -1;
@@ -936,9 +936,13 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_block_t *first,
                             xs_fit_t *f) {
-  if (tight(d)) return size % d->vmm.gran == 0 && whole_chunk_fit(d, p, size, 1, first, f);
+  if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, f);
   if (whole_chunk_fit(d, p, size, SIZE_MAX, first, f)) return 1;
-  const int budget = small_chunk(c->size, d->vmm.gran) ? idle_pin_budget(d, c) : may_pin_surplus(d, c) ? XS_PINS_SURPLUS : -1;
+  int budget = -1;
+  if (small_chunk(c->size, d->vmm.gran))
+    budget = idle_pin_budget(d, c);
+  else if (may_pin_surplus(d, c))
+    budget = XS_PINS_SURPLUS;
   if (budget >= 0) {
     f->pin = c;
     f->budget = budget;
