@@ -156,8 +156,19 @@
  * torch_gpt2s_train made 127,950 MiB of handles for a live peak of 51,317
  * MiB; 86,338 with the cap, on an H100).  A growth still maps one handle,
  * as cudaMalloc.  64 MiB made fewer bytes still, but left one min budget
- * 0.010 higher (docs/benchmarks.md, "Capped pieces"). */
+ * 0.010 higher (docs/benchmarks.md, "Capped pieces"): under pressure the
+ * cap stays at 128 MiB. */
 #define XS_PIECE_CAP ((size_t)128 << 20)
+/* While memory is plentiful, pieces are made of at most
+ * XS_PIECE_CAP_PLENTY bytes instead: a rest cut again re-makes half as
+ * much, and under a cap near the peak only a run's early part is
+ * plentiful, so min budgets barely move.  With an H100's memory
+ * on the host backend, every trace's modelled first-pass driver time was
+ * at or below that of 128 MiB pieces (grow_then_split 0.85x, logrand
+ * 0.86x, llm_serving 0.92x; 361 -> 344 ms over the 14 traces), min budgets
+ * within +0.0017 (docs/benchmarks.md, "Smaller pieces while memory is
+ * plentiful"). */
+#define XS_PIECE_CAP_PLENTY ((size_t)64 << 20)
 /* Under pressure, a piece before or after the block of more than
  * XS_GIVE_BACK_PAGES pages is not made again but given back to the driver:
  * made again at once it needs the memory the driver is still scrubbing

@@ -830,16 +830,22 @@ XT_TEST(a_small_block_shares_a_large_page_on_a_small_device) {
 XT_TEST(a_small_block_gets_a_page_of_its_own_on_a_larger_device) { small_in_large_page_case(2048, 0); }
 
 /* A conversion makes the parts of the chunk it cuts as handles of at most
- * XS_PIECE_CAP, so that the next request that cuts the rest re-makes at
- * most that much; a growth still maps one handle. */
-XT_TEST(conversions_make_handles_of_at_most_the_piece_cap) {
-  _Static_assert(XS_PIECE_CAP == 128 * MiB, "the counts below are of 128 MiB pieces");
-  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+ * XS_PIECE_CAP_PLENTY while memory is plentiful and XS_PIECE_CAP under
+ * pressure, so that the next request that cuts the rest re-makes at most
+ * that much; a growth still maps one handle.  On a device of `device_mb`
+ * with a chunk of `chunk_mb` freed and `filler_mb` live beside it, a 100
+ * MiB request converts the chunk into `pieces` handles. */
+static void piece_cap_case(int device_mb, int chunk_mb, int filler_mb, long long pieces) {
+  char conf[64];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%d", device_mb);
+  XT_REQUIRE(t_init(conf) == 0);
   char *keep = xseg_malloc(2 * MiB, 0, NULL);
   long long made = t_stat(0, "num_device_alloc");
-  char *x = xseg_malloc(1024 * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
+  char *x = xseg_malloc((size_t)chunk_mb * MiB, 0, NULL), *y = xseg_malloc(2 * MiB, 0, NULL);
   XT_REQUIRE(keep && x && y);
   XT_CHECK_EQ(t_stat(0, "num_device_alloc") - made, 2); /* x in one handle, y in a page */
+  char *filler = filler_mb ? xseg_malloc((size_t)filler_mb * MiB, 0, NULL) : NULL;
+  XT_REQUIRE(!filler_mb || filler);
   t_fill(keep, 2 * MiB, 1);
   t_fill(y, 2 * MiB, 2);
   XT_CHECK_EQ(xseg_free(x), 0);
@@ -848,18 +854,30 @@ XT_TEST(conversions_make_handles_of_at_most_the_piece_cap) {
   char *a = xseg_malloc(100 * MiB, 0, NULL);
   XT_REQUIRE(a);
   t_fill(a, 100 * MiB, 3);
-  XT_CHECK_MSG(a >= x && a + 100 * MiB <= x + 1024 * MiB, "100 MiB did not land in the free 1024 MiB handle");
+  XT_CHECK_MSG(a >= x && a + 100 * MiB <= x + (size_t)chunk_mb * MiB, "100 MiB did not land in the free handle");
   XT_CHECK_EQ(t_stat(0, "num_conversions"), conv + 1);
-  /* 100 MiB in one; the rest, 924 MiB: 7 x 128 + 28. */
-  XT_CHECK_MSG(t_stat(0, "num_device_alloc") - made == 9 && t_stat(0, "handles_live.current") == live - 1 + 9,
-               "the conversion made %lld handles (%lld live, %lld before)", t_stat(0, "num_device_alloc") - made,
-               t_stat(0, "handles_live.current"), live);
+  XT_CHECK_MSG(t_stat(0, "num_device_alloc") - made == pieces && t_stat(0, "handles_live.current") == live - 1 + pieces,
+               "the conversion made %lld handles (%lld live, %lld before), not %lld",
+               t_stat(0, "num_device_alloc") - made, t_stat(0, "handles_live.current"), live, pieces);
   T_CHECK_HEAP();
   XT_CHECK(t_verify(keep, 2 * MiB, 1) && t_verify(y, 2 * MiB, 2) && t_verify(a, 100 * MiB, 3));
   XT_CHECK_EQ(xseg_free(a), 0);
   XT_CHECK_EQ(xseg_free(y), 0);
   XT_CHECK_EQ(xseg_free(keep), 0);
+  if (filler) XT_CHECK_EQ(xseg_free(filler), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(conversions_make_handles_of_at_most_the_piece_cap) {
+  _Static_assert(XS_PIECE_CAP_PLENTY == 64 * MiB && XS_PIECE_CAP == 128 * MiB, "the counts below are of these caps");
+  /* 8 GiB, about 1 GiB held: plentiful.  The 100 MiB block's part in two
+   * handles (64 + 36); the rest, 924 MiB: 14 x 64 + 28. */
+  piece_cap_case(8192, 1024, 0, 2 + 15);
+  /* 640 MiB, 576 held: under pressure (less than an eighth free).  100 MiB
+   * in one handle; the rest, 412 MiB (206 pages, made again: not over
+   * XS_GIVE_BACK_PAGES): 3 x 128 + 28. */
+  _Static_assert(XS_GIVE_BACK_PAGES >= 206, "the rest below is made again, not given back");
+  piece_cap_case(640, 512, 60, 1 + 4);
 }
 
 /* Under pressure, a conversion does not make again a rest of more than
