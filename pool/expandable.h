@@ -159,16 +159,21 @@
  * 0.010 higher (docs/benchmarks.md, "Capped pieces"): under pressure the
  * cap stays at 128 MiB. */
 #define XS_PIECE_CAP ((size_t)128 << 20)
-/* While memory is plentiful, pieces are made of at most
- * XS_PIECE_CAP_PLENTY bytes instead: a rest cut again re-makes half as
- * much, and under a cap near the peak only a run's early part is
- * plentiful, so min budgets barely move.  With an H100's memory
- * on the host backend, every trace's modelled first-pass driver time was
- * at or below that of 128 MiB pieces (grow_then_split 0.85x, logrand
- * 0.86x, llm_serving 0.92x; 361 -> 344 ms over the 14 traces), min budgets
- * within +0.0017 (docs/benchmarks.md, "Smaller pieces while memory is
- * plentiful"). */
-#define XS_PIECE_CAP_PLENTY ((size_t)64 << 20)
+/* While the device holds at most 1/XS_PIECE_ROOMY_DIV of the room,
+ * pieces are made of at most XS_PIECE_CAP_ROOMY bytes instead: a rest cut
+ * again re-makes half as much, and under a cap near the peak only a run's
+ * early part is that roomy, so min budgets barely move.  With an H100's
+ * memory on the host backend every trace's modelled first-pass driver
+ * time was at or below that of 128 MiB pieces (grow_then_split 0.85x,
+ * logrand 0.86x; 361 -> 342 ms over the 14 traces), min budgets within
+ * +0.0017; on an H100 the C program's first passes took 0.86-0.93x the
+ * driver time on four traces.  On any plentiful device (no bound on what
+ * it holds) the GPT-2-medium training, 60 GiB live on 80, made 178 driver
+ * calls in its second pass instead of 106: there later passes cut what
+ * the first left, and smaller pieces are more handles to re-make
+ * (docs/benchmarks.md, "Smaller pieces while memory is plentiful"). */
+#define XS_PIECE_CAP_ROOMY ((size_t)64 << 20)
+#define XS_PIECE_ROOMY_DIV 2
 /* Under pressure, a piece before or after the block of more than
  * XS_GIVE_BACK_PAGES pages is not made again but given back to the driver:
  * made again at once it needs the memory the driver is still scrubbing

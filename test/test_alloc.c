@@ -830,8 +830,9 @@ XT_TEST(a_small_block_shares_a_large_page_on_a_small_device) {
 XT_TEST(a_small_block_gets_a_page_of_its_own_on_a_larger_device) { small_in_large_page_case(2048, 0); }
 
 /* A conversion makes the parts of the chunk it cuts as handles of at most
- * XS_PIECE_CAP_PLENTY while memory is plentiful and XS_PIECE_CAP under
- * pressure, so that the next request that cuts the rest re-makes at most
+ * XS_PIECE_CAP_ROOMY while the device holds at most half the room
+ * (XS_PIECE_ROOMY_DIV) and XS_PIECE_CAP beyond, plentiful or not, so that
+ * the next request that cuts the rest re-makes at most
  * that much; a growth still maps one handle.  On a device of `device_mb`
  * with a chunk of `chunk_mb` freed and `filler_mb` live beside it, a 100
  * MiB request converts the chunk into `pieces` handles. */
@@ -869,10 +870,14 @@ static void piece_cap_case(int device_mb, int chunk_mb, int filler_mb, long long
 }
 
 XT_TEST(conversions_make_handles_of_at_most_the_piece_cap) {
-  _Static_assert(XS_PIECE_CAP_PLENTY == 64 * MiB && XS_PIECE_CAP == 128 * MiB, "the counts below are of these caps");
-  /* 8 GiB, about 1 GiB held: plentiful.  The 100 MiB block's part in two
+  _Static_assert(XS_PIECE_CAP_ROOMY == 64 * MiB && XS_PIECE_CAP == 128 * MiB && XS_PIECE_ROOMY_DIV == 2,
+                 "the counts below are of these caps");
+  /* 8 GiB, about 1 GiB held: roomy.  The 100 MiB block's part in two
    * handles (64 + 36); the rest, 924 MiB: 14 x 64 + 28. */
   piece_cap_case(8192, 1024, 0, 2 + 15);
+  /* 2 GiB, 1,116 MiB held: more than half, though plentiful (932 MiB
+   * free).  100 MiB in one handle; the rest, 412 MiB: 3 x 128 + 28. */
+  piece_cap_case(2048, 512, 600, 1 + 4);
   /* 640 MiB, 576 held: under pressure (less than an eighth free).  100 MiB
    * in one handle; the rest, 412 MiB (206 pages, made again: not over
    * XS_GIVE_BACK_PAGES): 3 x 128 + 28. */
