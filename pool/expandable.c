@@ -569,9 +569,9 @@ static int small_chunk(size_t size, size_t page) { return size < (size_t)(XS_PIE
  * after - at most five parts, each wholly under the block or wholly
  * outside it, so every free page stays reclaimable, and each made as
  * handles of at most XS_PIECE_CAP_ROOMY while the device holds at most
- * 1/XS_PIECE_ROOMY_DIV of the room, else XS_PIECE_CAP (convert()); a
- * later block that covers a handle in part converts that
- * handle again.  Under pressure too:
+ * 1/XS_PIECE_ROOMY_DIV of the room, else XS_PIECE_CAP (convert()); a later
+ * block that covers a handle in part converts that handle again.  Under
+ * pressure too:
  * single pages there made a handle per page, and every move of a page
  * into a request an unmap, a map and a set access of its own
  * (docs/design.md, "Handle sizing").  A smaller chunk: single pages, which
@@ -612,7 +612,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   /* [lo, hi): what is made again (XS_GIVE_BACK_PAGES). */
   uintptr_t lo = ca, hi = cb;
   /* Judged before the release below frees memory: */
-  const int pressed = tight(d), roomy = d->vmm.held <= xs_vmm_room(&d->vmm) / XS_PIECE_ROOMY_DIV;
+  const int pressed = tight(d), small_pieces = d->vmm.held <= xs_vmm_room(&d->vmm) / XS_PIECE_ROOMY_DIV;
   if (pressed) {
     const uintptr_t a0 = a / page * page, b1 = xs_round_up(b, page);
     if (a0 > ca && (a0 - ca) / page > XS_GIVE_BACK_PAGES) lo = a0;
@@ -628,7 +628,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
   if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   uintptr_t done = lo;
-  const size_t piece_max = xs_round_up(roomy ? XS_PIECE_CAP_ROOMY : XS_PIECE_CAP, page);
+  const size_t piece_max = xs_round_up(small_pieces ? XS_PIECE_CAP_ROOMY : XS_PIECE_CAP, page);
   if (n == 0) {
     rc = xs_error_vmm(xs_vseg_map(&d->vmm, &seg->vs, ca, cb, page, page, &done));
   } else {

@@ -832,8 +832,8 @@ XT_TEST(a_small_block_gets_a_page_of_its_own_on_a_larger_device) { small_in_larg
 /* A conversion makes the parts of the chunk it cuts as handles of at most
  * XS_PIECE_CAP_ROOMY while the device holds at most half the room
  * (XS_PIECE_ROOMY_DIV) and XS_PIECE_CAP beyond, plentiful or not, so that
- * the next request that cuts the rest re-makes at most
- * that much; a growth still maps one handle.  On a device of `device_mb`
+ * the next request that cuts the rest re-makes at most that much; a
+ * growth still maps one handle.  On a device of `device_mb`
  * with a chunk of `chunk_mb` freed and `filler_mb` live beside it, a 100
  * MiB request converts the chunk into `pieces` handles. */
 static void piece_cap_case(int device_mb, int chunk_mb, int filler_mb, long long pieces) {

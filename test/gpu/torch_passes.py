@@ -34,8 +34,9 @@ def counters():
 
 def cpu_ref():
     """Seconds a fixed piece of pure-Python work takes now (the fastest of
-    three): leased machines run whole phases of seconds up to 1.6x slower,
-    so a pass's time is read beside what this took just before it."""
+    three): leased machines run in phases of seconds at different speeds
+    (this took 0.64-3.5 ms in one H100 lease), so a pass's time is read
+    beside what this took around it (cpu_ref_us_1, cpu_ref_us_2)."""
     best = None
     for _ in range(3):
         t0 = time.perf_counter()
