@@ -9,7 +9,9 @@ Each trace is replayed as torch.empty / drop on the event's stream twice:
 first from an empty allocator (torch.cuda.empty_cache() before it gives
 every cached byte back), then again with the cache as the first pass left
 it.  Prints microseconds per event for each pass (synchronised at the end),
-and, under xseg, the driver calls each pass made (xseg's counters).
+and, under xseg, the driver calls each pass made (xseg's counters).  The JSON
+rows also hold cpu_ref_us_1 and cpu_ref_us_2: a fixed piece of Python work
+timed around each pass, to tell a slow pass from a slow phase of the machine.
 """
 import argparse
 import json
