@@ -571,9 +571,8 @@ static int small_chunk(size_t size, size_t page) { return size < (size_t)(XS_PIE
  * handles of at most XS_PIECE_CAP_ROOMY while the device holds at most
  * 1/XS_PIECE_ROOMY_DIV of the room, else XS_PIECE_CAP (convert()); a later
  * block that covers a handle in part converts that handle again.  Under
- * pressure too:
- * single pages there made a handle per page, and every move of a page
- * into a request an unmap, a map and a set access of its own
+ * pressure too: single pages there made a handle per page, and every move
+ * of a page into a request an unmap, a map and a set access of its own
  * (docs/design.md, "Handle sizing").  A smaller chunk: single pages, which
  * never convert again.  Writes the page-aligned ends of the pieces into
  * cut[] and returns how many. */
