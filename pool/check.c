@@ -266,9 +266,11 @@ int xs_check_device(xs_device_t *d) {
   EQ("the pointer map's size", d->live.count, t.live[0] + t.live[1]);
   EQ("free_mapped_bytes", s->free_mapped_bytes.current, t.free_mapped);
   EQ("the free-mapped count", d->free_mapped, t.free_mapped);
-  EQ("the pinned bytes", d->pinned[XS_PINS_SHARED], t.pinned[XS_PINS_SHARED]);
-  EQ("the surplus-pinned bytes", d->pinned[XS_PINS_SURPLUS], t.pinned[XS_PINS_SURPLUS]);
-  EQ("the roomy-pinned bytes", d->pinned[XS_PINS_ROOMY], t.pinned[XS_PINS_ROOMY]);
+  static const char *const pin_budgets[] = {[XS_PINS_SHARED] = "the pinned bytes",
+                                             [XS_PINS_SURPLUS] = "the surplus-pinned bytes",
+                                             [XS_PINS_ROOMY] = "the roomy-pinned bytes"};
+  _Static_assert(sizeof pin_budgets / sizeof pin_budgets[0] == XS_PINS, "every pin budget needs a name here");
+  for (int k = 0; k < XS_PINS; k++) EQ(pin_budgets[k], d->pinned[k], t.pinned[k]);
   EQ("pending_frees", s->pending_frees.current, t.pending);
   EQ("mapped_bytes", vs->mapped_bytes.current, t.mapped);
   /* Held: every chunk, mapped or cached, and every fixed range. */

@@ -549,6 +549,9 @@ static xs_chunk_t *pins_big(const xs_device_t *d, const xs_block_t *f, uintptr_t
   return NULL;
 }
 
+/* Does the device hold at most 1/div of the room (xs_vmm_room)? */
+static int holds_at_most(const xs_device_t *d, size_t div) { return d->vmm.held <= xs_vmm_room(&d->vmm) / div; }
+
 /* Less than 1/XS_PLENTIFUL of the room left: the room is the cap, or the
  * device's memory less what others hold (xs_vmm_room), so a device that
  * other processes or allocations outside xseg have nearly filled counts
@@ -611,7 +614,7 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   /* [lo, hi): what is made again (XS_GIVE_BACK_PAGES). */
   uintptr_t lo = ca, hi = cb;
   /* Judged before the release below frees memory: */
-  const int pressed = tight(d), small_pieces = d->vmm.held <= xs_vmm_room(&d->vmm) / XS_PIECE_ROOMY_DIV;
+  const int pressed = tight(d), small_pieces = holds_at_most(d, XS_PIECE_ROOMY_DIV);
   if (pressed) {
     const uintptr_t a0 = a / page * page, b1 = xs_round_up(b, page);
     if (a0 > ca && (a0 - ca) / page > XS_GIVE_BACK_PAGES) lo = a0;
@@ -689,9 +692,9 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
  * neither. */
 static int idle_pin_budget(const xs_device_t *d, const xs_chunk_t *c) {
   if (may_pin(d, c)) return XS_PINS_SHARED;
-  const size_t room = xs_vmm_room(&d->vmm); /* holding a quarter of it, the device is not tight */
-  if (d->vmm.held <= room / XS_ROOMY_PIN_HELD_DIV && d->pinned[XS_PINS_ROOMY] + c->size <= room / XS_ROOMY_PIN_DIV)
-    return XS_PINS_ROOMY;
+  /* Holding a quarter of the room, the device is not tight. */
+  const size_t budget = xs_vmm_room(&d->vmm) / XS_ROOMY_PIN_DIV;
+  if (holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && d->pinned[XS_PINS_ROOMY] + c->size <= budget) return XS_PINS_ROOMY;
   return -1;
 }
 
@@ -704,8 +707,7 @@ static int peak_held(const xs_device_t *d) {
 /* Has the workload settled: has its peak held, on a device with room for
  * XS_SETTLED_ROOM times it and times what the device holds? */
 static int settled(const xs_device_t *d) {
-  const size_t part = xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM;
-  return peak_held(d) && part >= d->live_peak && part >= d->vmm.held;
+  return peak_held(d) && d->live_peak <= xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM && holds_at_most(d, XS_SETTLED_ROOM);
 }
 
 /* May a block pin large chunk c of any size, charged to the surplus
