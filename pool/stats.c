@@ -39,12 +39,39 @@ static const char *fmt_frac(char *out, size_t n, double x) {
 
 /* ---- derived figures ------------------------------------------------------------------ */
 
+/* Where free block f of an expandable segment lies: its bytes in pages
+ * that its (live or pending) neighbours hold in part, and its whole pages
+ * in chunks that reach past it into such a neighbour.  A free block's
+ * neighbours are never free blocks of the same mapping (they merge), and
+ * an unmapped neighbour ends on a page boundary, so a page f shares with a
+ * neighbour and a chunk reaching past f both hold data. */
+static void free_block_where(const xs_block_t *f, xs_derived_t *r) {
+  const xs_vseg_t *vs = &f->seg->vs;
+  const uintptr_t m = vs->page - 1, f0 = f->addr, f1 = xs_block_end(f);
+  const uintptr_t w0 = (f0 + m) & ~m, w1 = f1 & ~m; /* the whole pages: [w0, w1) */
+  if (w0 >= w1) { /* no whole page: f lies in one or two pages it shares */
+    r->free_in_shared_pages_bytes += f1 - f0;
+    return;
+  }
+  r->free_in_shared_pages_bytes += (w0 - f0) + (f1 - w1);
+  for (uintptr_t x = w0; x < w1;) {
+    const xs_extent_t c = xs_vseg_extent_at(vs, x);
+    const uintptr_t end = c.addr + c.size < w1 ? c.addr + c.size : w1;
+    if (c.addr < f0 || c.addr + c.size > f1) r->free_in_pinned_handles_bytes += end - x;
+    x = end;
+  }
+}
+
 static xs_derived_t derive(const xs_device_t *d) {
   xs_derived_t r = {0};
   for (size_t i = 0; i < d->nstreams; i++) {
     for (int k = 0; k < XS_NCLASS; k++) {
-      const xs_block_t *b = xs_tree_last(&d->streams[i]->pools[k].free);
+      const xs_tree_t *free_set = &d->streams[i]->pools[k].free;
+      const xs_block_t *b = xs_tree_last(free_set);
       if (b && b->size > r.largest_free_block) r.largest_free_block = b->size;
+      if (d->strat != &xs_expandable_strategy) continue;
+      for (b = xs_tree_first(free_set); b; b = xs_tree_next(b))
+        if (!b->seg->binned) free_block_where(b, &r);
     }
   }
   r.external_fragmentation =
@@ -135,9 +162,10 @@ size_t xs_stats_json_device(xs_device_t *d, const char *backend, char *buf, size
 #undef JSON_VCOUNTER
   char f1[32], f2[32];
   xs_sbuf_put(&b, "\"largest_free_block\":%llu,\"external_fragmentation\":%s,\"utilization\":%s,"
-          "\"rounding_waste_bytes\":%lld}",
+          "\"rounding_waste_bytes\":%lld,\"free_in_shared_pages_bytes\":%llu,\"free_in_pinned_handles_bytes\":%llu}",
       (unsigned long long)dv.largest_free_block, fmt_frac(f1, sizeof f1, dv.external_fragmentation),
-      fmt_frac(f2, sizeof f2, dv.utilization), (long long)dv.rounding_waste_bytes);
+      fmt_frac(f2, sizeof f2, dv.utilization), (long long)dv.rounding_waste_bytes,
+      (unsigned long long)dv.free_in_shared_pages_bytes, (unsigned long long)dv.free_in_pinned_handles_bytes);
   return xs_sbuf_finish(&b);
 }
 
@@ -211,9 +239,14 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
           fmt_bytes(a, 32, v->held_bytes.current), fmt_bytes(b, 32, v->held_bytes.peak),
           fmt_bytes(c, 32, (int64_t)d->vmm.limit), (long long)v->handles_cached.current,
           fmt_bytes(e, 32, v->cached_handle_bytes.current));
-  fprintf(out, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%\n",
+  fprintf(out, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%",
           fmt_bytes(a, 32, (int64_t)d->free_mapped), fmt_bytes(b, 32, (int64_t)dv.largest_free_block),
           100.0 * dv.external_fragmentation);
+  if (d->strat == &xs_expandable_strategy)
+    fprintf(out, "; in pages live blocks share: %s, in handles they pin: %s",
+            fmt_bytes(a, 32, (int64_t)dv.free_in_shared_pages_bytes),
+            fmt_bytes(b, 32, (int64_t)dv.free_in_pinned_handles_bytes));
+  fputc('\n', out);
   fprintf(out, "| Utilization (peak allocated / peak reserved): %.1f%%; rounding waste: %s\n",
           100.0 * dv.utilization, fmt_bytes(a, 32, dv.rounding_waste_bytes));
   fprintf(out, "| Driver calls: %llu create (%.2f ms), %llu release (%.2f ms), %llu map (%.2f ms), %llu unmap (%.2f ms), %llu set access (%.2f ms)\n",
@@ -230,6 +263,27 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
 }
 
 /* ---- out of memory -------------------------------------------------------------------------- */
+
+/* Expandable mode, neither pressure nor memory outside xseg: the free
+ * memory lies where no page move can reach it.  Say where (the derived
+ * figures), and how many pages were left against how many the request
+ * needs. */
+static void oom_page_cause(const xs_device_t *d, const xs_derived_t *dv, size_t rounded, xs_sbuf_t *b) {
+  char f[32], s[32], p[32], g[32];
+  const size_t page = d->vmm.gran, shared = dv->free_in_shared_pages_bytes, pinned = dv->free_in_pinned_handles_bytes;
+  const size_t stuck = shared + pinned, whole = d->free_mapped > stuck ? d->free_mapped - stuck : 0;
+  const size_t left = d->vmm.limit > d->vmm.held ? d->vmm.limit - d->vmm.held : 0;
+  xs_sbuf_put(b, "fragmentation: %s is free inside segments, but %s of it lies in pages that live blocks share "
+                 "(the GPU maps %s pages: only freeing those blocks gives it back) and %s in handles that live "
+                 "blocks pin; the whole free pages and the room under the limit come to %zu pages, and the request "
+                 "needs %zu",
+              fmt_bytes(f, 32, (int64_t)d->free_mapped), fmt_bytes(s, 32, (int64_t)shared), fmt_size(g, 32, page, 0),
+              fmt_bytes(p, 32, (int64_t)pinned), (whole + left) / page, (rounded + page - 1) / page);
+  if (pinned > shared)
+    xs_sbuf_put(b, "; smaller handles can be moved one by one: try page_size_mb:%zu", page >> 20 ? page >> 20 : 1);
+  else
+    xs_sbuf_put(b, "; free tensors, or lower the batch");
+}
 
 void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf, size_t len) {
   xs_sbuf_t b = {buf, 0, len};
@@ -271,9 +325,7 @@ void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf
             "try expandable_segments:True, or max_split_size_mb / garbage_collection_threshold",
         fmt_bytes(l, 32, (int64_t)d->free_mapped));
   } else {
-    xs_sbuf_put(&b, "fragmentation: %s is free inside segments but held by physical handles that still carry "
-            "live data; smaller handles can be moved one by one: try page_size_mb:%zu",
-        fmt_bytes(l, 32, (int64_t)d->free_mapped), page >> 20 ? page >> 20 : 1);
+    oom_page_cause(d, &dv, rounded, &b);
   }
   xs_sbuf_finish(&b);
 }

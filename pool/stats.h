@@ -75,6 +75,9 @@ typedef struct xs_derived_s {
   double external_fragmentation; /* 1 - largest_free_block / free_mapped_bytes */
   double utilization;            /* peak allocated / peak reserved */
   int64_t rounding_waste_bytes;  /* allocated - requested (current) */
+  /* Expandable segments: free bytes that no page move can give out. */
+  uint64_t free_in_shared_pages_bytes;   /* in pages that live or pending blocks hold in part */
+  uint64_t free_in_pinned_handles_bytes; /* whole free pages of handles that hold live or pending data */
 } xs_derived_t;
 
 void xs_stats_reset_peaks(xs_stats_t *s);

@@ -596,8 +596,9 @@ static const char *const g_fields[4] = {"current", "peak", "allocated", "freed"}
 
 /* Keys besides the X-macro lists, in the order of docs/metrics.md. */
 static const char *const g_header_keys[] = {"device", "backend", "mode", "granularity", "total_memory", "limit"};
-static const char *const g_derived_keys[] = {"largest_free_block", "external_fragmentation", "utilization",
-                                              "rounding_waste_bytes"};
+static const char *const g_derived_keys[] = {"largest_free_block",         "external_fragmentation",
+                                              "utilization",                "rounding_waste_bytes",
+                                              "free_in_shared_pages_bytes", "free_in_pinned_handles_bytes"};
 
 #define NAME_OF(name, help) #name,
 /* The allocator's own and the physical layer's (vmm/vmm.h). */
@@ -709,6 +710,8 @@ static int check_stats_keys(const jv_t *s, int dev, const char *mode) {
   KEY_CHECK(ut >= 0 && ut <= 1, "stats: utilization %f", ut);
   const jv_t *rw = jget(s, "rounding_waste_bytes");
   KEY_CHECK(rw && rw->type == J_NUM && rw->exact, "stats: rounding_waste_bytes is not an integer");
+  KEY_CHECK(jint(s, "free_in_shared_pages_bytes") >= 0, "stats: free_in_shared_pages_bytes");
+  KEY_CHECK(jint(s, "free_in_pinned_handles_bytes") >= 0, "stats: free_in_pinned_handles_bytes");
   return bad;
 #undef KEY_CHECK
 }
@@ -759,12 +762,55 @@ static int check_snapshot_keys(const jv_t *s, int dev, const char *mode) {
 #undef SKEY
 }
 
+/* The free bytes of segment g that no page move can give out, from its
+ * page runs (a mapped run is one handle) and blocks alone: free bytes of
+ * pages that live or pending blocks hold in part (*shared), and whole free
+ * pages of handles that hold live or pending data (*pinned). */
+static void stuck_in_segment(const jv_t *g, long long page, long long *shared, long long *pinned) {
+  const long long base = jint(g, "address"), npages = jint(g, "size") / page;
+  long long *data = calloc((size_t)npages, sizeof *data), *handle = calloc((size_t)npages, sizeof *handle);
+  XT_REQUIRE(data && handle);
+  const jv_t *blocks = jget(g, "blocks"), *runs = jget(g, "pages");
+  for (size_t k = 0; k < blocks->n; k++) {
+    const jv_t *b = blocks->v[k];
+    const char *st = jstr(b, "state");
+    if (strcmp(st, "live") && strcmp(st, "pending")) continue;
+    for (long long a = jint(b, "address"), e = a + jint(b, "size"); a < e;) {
+      long long pe = (a - base) / page * page + base + page, to = pe < e ? pe : e;
+      data[(a - base) / page] += to - a;
+      a = to;
+    }
+  }
+  for (size_t k = 0; k < runs->n; k++) { /* handle[p]: p's handle holds data */
+    const jv_t *r = runs->v[k];
+    long long p0 = (jint(r, "address") - base) / page, p1 = p0 + jint(r, "size") / page, any = 0;
+    if (!jget(r, "mapped")->b) continue;
+    for (long long p = p0; p < p1; p++) any |= data[p] > 0;
+    for (long long p = p0; p < p1; p++) handle[p] = any;
+  }
+  for (size_t k = 0; k < blocks->n; k++) {
+    const jv_t *b = blocks->v[k];
+    if (strcmp(jstr(b, "state"), "free")) continue;
+    for (long long a = jint(b, "address"), e = a + jint(b, "size"); a < e;) {
+      long long p = (a - base) / page, pe = p * page + base + page, to = pe < e ? pe : e;
+      if (data[p])
+        *shared += to - a;
+      else if (handle[p])
+        *pinned += to - a;
+      a = to;
+    }
+  }
+  free(data);
+  free(handle);
+}
+
 /* What the snapshot implies, checked against the stats.  Both modes. */
 typedef struct snapsum_s {
   long long live[3], live_bytes[3], requested[3], pending, active[3], active_bytes[3];
   long long free_bytes, largest_free, split[3], split_bytes[3];
   long long reserved[3], segments[3], address_bytes, cached, cached_bytes;
   long long live_under_rounding; /* live blocks smaller than their request rounded to 512 */
+  long long stuck_shared, stuck_pinned; /* expandable: stuck_in_segment over every segment */
 } snapsum_t;
 
 static size_t round512(size_t n) { return ((n ? n : 1) + 511) / 512 * 512; }
@@ -821,6 +867,7 @@ static int walk_snapshot(const jv_t *snap, int expandable, snapsum_t *t) {
       }
     }
     XT_CHECK_MSG(at == base + size, "snapshot: the blocks of segment %zu do not tile it", i);
+    if (expandable && at == base + size) stuck_in_segment(g, jint(snap, "page_size"), &t->stuck_shared, &t->stuck_pinned);
   }
   for (int c = 1; c < 3; c++) {
     t->live[0] += t->live[c];
@@ -878,6 +925,10 @@ static int check_against_snapshot(const jv_t *s, const jv_t *snap, int expandabl
      jint(s, "free_mapped_bytes.current"), t.free_bytes);
   SC(jint(s, "largest_free_block") == t.largest_free, "largest_free_block %lld, snapshot %lld",
      jint(s, "largest_free_block"), t.largest_free);
+  SC(jint(s, "free_in_shared_pages_bytes") == t.stuck_shared, "free_in_shared_pages_bytes %lld, snapshot %lld",
+     jint(s, "free_in_shared_pages_bytes"), t.stuck_shared);
+  SC(jint(s, "free_in_pinned_handles_bytes") == t.stuck_pinned, "free_in_pinned_handles_bytes %lld, snapshot %lld",
+     jint(s, "free_in_pinned_handles_bytes"), t.stuck_pinned);
   SC(jint(s, "mapped_bytes.current") == t.reserved[0], "mapped_bytes.current %lld, snapshot %lld",
      jint(s, "mapped_bytes.current"), t.reserved[0]);
   SC(jint(s, "handles_cached.current") == t.cached, "handles_cached.current %lld, snapshot %lld",
@@ -1767,6 +1818,45 @@ XT_TEST(oom_binned_fragmentation) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Expandable mode, 64 MiB (32 pages): 21 blocks of 3 MiB back to back,
+ * then every odd one freed.  Each freed block leaves one whole free page
+ * and 1 MiB in the page it shares with the block before it; the last
+ * block's page holds 1 MiB free after it.  A 24 MiB request (12 pages)
+ * is not memory pressure (17 pages of live data + 12 <= 32), but only 10
+ * whole pages are free: the message must say where the other 11 MiB lie,
+ * and the derived figures must say the same. */
+XT_TEST(oom_free_memory_in_shared_pages) {
+  XT_REQUIRE(t_init("host_capacity_mb:64") == 0);
+  void *p[21];
+  for (int i = 0; i < 21; i++) XT_REQUIRE((p[i] = xseg_malloc(3 * MiB, 0, NULL)) != NULL);
+  for (int i = 1; i < 21; i += 2) {
+    XT_CHECK_EQ(xseg_free(p[i]), 0);
+    p[i] = NULL;
+  }
+  XT_CHECK_EQ(t_stat(0, "free_mapped_bytes.current"), 31 * MiB);
+  XT_CHECK_EQ(t_stat(0, "free_in_shared_pages_bytes"), 11 * MiB);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  char msg[1024];
+  expect_oom(24 * MiB, "fragmentation: 31.00 MiB is free inside segments, but 11.00 MiB of it lies in pages that live "
+                       "blocks share",
+             "0 B in handles that live blocks pin; the whole free pages and the room under the limit come to 10 "
+             "pages, and the request needs 12; free tensors",
+             msg, sizeof msg);
+  XT_CHECK_MSG(strstr(msg, "page_size_mb") == NULL, "pages already at the granularity: %s", msg);
+  /* Twenty whole pages fit once the ten blocks between are gone too. */
+  for (int i = 0; i < 21; i += 2) {
+    if (i % 4 == 2) {
+      XT_CHECK_EQ(xseg_free(p[i]), 0);
+      p[i] = NULL;
+    }
+  }
+  void *q = xseg_malloc(24 * MiB, 0, NULL);
+  XT_CHECK_MSG(q != NULL, "%s", xseg_last_error());
+  if (q) XT_CHECK_EQ(xseg_free(q), 0);
+  free_all(p, 21);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 XT_TEST(oom_memory_used_outside_xseg) {
   /* Another user of the device takes 16 MiB behind xseg's back. */
   XT_REQUIRE(t_init("host_capacity_mb:64") == 0);
@@ -1862,9 +1952,13 @@ static void check_summary(const char *mode) {
            fmtb(c, 32, jint(s, "limit")), jint(s, "handles_cached.current"),
            fmtb(d, 32, jint(s, "cached_handle_bytes.current")));
   want_line(text, line);
-  snprintf(line, sizeof line, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%\n",
-           fmtb(a, 32, jint(s, "free_mapped_bytes.current")), fmtb(b, 32, jint(s, "largest_free_block")),
-           100.0 * jdbl(s, "external_fragmentation"));
+  int n = snprintf(line, sizeof line, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%",
+                   fmtb(a, 32, jint(s, "free_mapped_bytes.current")), fmtb(b, 32, jint(s, "largest_free_block")),
+                   100.0 * jdbl(s, "external_fragmentation"));
+  if (!strcmp(mode, "expandable"))
+    n += snprintf(line + n, sizeof line - (size_t)n, "; in pages live blocks share: %s, in handles they pin: %s",
+                  fmtb(a, 32, jint(s, "free_in_shared_pages_bytes")), fmtb(b, 32, jint(s, "free_in_pinned_handles_bytes")));
+  snprintf(line + n, sizeof line - (size_t)n, "\n");
   want_line(text, line);
   snprintf(line, sizeof line, "| Utilization (peak allocated / peak reserved): %.1f%%; rounding waste: %s\n",
            100.0 * jdbl(s, "utilization"),
@@ -2032,6 +2126,7 @@ int main(void) {
   XT_RUN(oom_memory_pressure);
   XT_RUN(oom_configured_cap);
   XT_RUN(oom_binned_fragmentation);
+  XT_RUN(oom_free_memory_in_shared_pages);
   XT_RUN(oom_memory_used_outside_xseg);
   XT_RUN(summary_matches_the_json);
   XT_RUN(json_under_a_decimal_comma_locale);
