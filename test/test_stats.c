@@ -867,7 +867,8 @@ static int walk_snapshot(const jv_t *snap, int expandable, snapsum_t *t) {
       }
     }
     XT_CHECK_MSG(at == base + size, "snapshot: the blocks of segment %zu do not tile it", i);
-    if (expandable && at == base + size) stuck_in_segment(g, jint(snap, "page_size"), &t->stuck_shared, &t->stuck_pinned);
+    if (expandable && at == base + size)
+      stuck_in_segment(g, jint(snap, "page_size"), &t->stuck_shared, &t->stuck_pinned);
   }
   for (int c = 1; c < 3; c++) {
     t->live[0] += t->live[c];
@@ -1952,12 +1953,14 @@ static void check_summary(const char *mode) {
            fmtb(c, 32, jint(s, "limit")), jint(s, "handles_cached.current"),
            fmtb(d, 32, jint(s, "cached_handle_bytes.current")));
   want_line(text, line);
-  int n = snprintf(line, sizeof line, "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%",
+  int n = snprintf(line, sizeof line,
+                   "| Free inside segments: %s, largest free block %s, external fragmentation %.1f%%",
                    fmtb(a, 32, jint(s, "free_mapped_bytes.current")), fmtb(b, 32, jint(s, "largest_free_block")),
                    100.0 * jdbl(s, "external_fragmentation"));
   if (!strcmp(mode, "expandable"))
     n += snprintf(line + n, sizeof line - (size_t)n, "; in pages live blocks share: %s, in handles they pin: %s",
-                  fmtb(a, 32, jint(s, "free_in_shared_pages_bytes")), fmtb(b, 32, jint(s, "free_in_pinned_handles_bytes")));
+                  fmtb(a, 32, jint(s, "free_in_shared_pages_bytes")),
+                  fmtb(b, 32, jint(s, "free_in_pinned_handles_bytes")));
   snprintf(line + n, sizeof line - (size_t)n, "\n");
   want_line(text, line);
   snprintf(line, sizeof line, "| Utilization (peak allocated / peak reserved): %.1f%%; rounding waste: %s\n",
