@@ -264,22 +264,28 @@ void xs_stats_summary(xs_device_t *d, const char *backend, FILE *out) {
 
 /* ---- out of memory -------------------------------------------------------------------------- */
 
-/* Expandable mode, neither pressure nor memory outside xseg: the free
- * memory lies where no page move can reach it.  Say where (the derived
- * figures), and how many pages were left against how many the request
- * needs. */
-static void oom_page_cause(const xs_device_t *d, const xs_derived_t *dv, size_t rounded, xs_sbuf_t *b) {
+/* Expandable mode: where the free memory inside segments lies that no
+ * page move can give out (the derived figures), and how many whole pages
+ * the free ones and `room` (what may still be mapped) came to against
+ * the pages the request needs. */
+static void put_stuck(const xs_device_t *d, const xs_derived_t *dv, size_t rounded, size_t room, xs_sbuf_t *b) {
   char f[32], s[32], p[32], g[32];
   const size_t page = d->vmm.gran, shared = dv->free_in_shared_pages_bytes, pinned = dv->free_in_pinned_handles_bytes;
   const size_t stuck = shared + pinned, whole = d->free_mapped > stuck ? d->free_mapped - stuck : 0;
-  const size_t left = d->vmm.limit > d->vmm.held ? d->vmm.limit - d->vmm.held : 0;
-  xs_sbuf_put(b, "fragmentation: %s is free inside segments, but %s of it lies in pages that live blocks share "
-                 "(the GPU maps %s pages: only freeing those blocks gives it back) and %s in handles that live "
-                 "blocks pin; the whole free pages and the room under the limit come to %zu pages, and the request "
-                 "needs %zu",
+  xs_sbuf_put(b, "of the %s free inside xseg's segments, %s lies in pages that live blocks share (the GPU maps %s "
+                 "pages: only freeing those blocks gives it back) and %s in handles that live blocks pin; the whole "
+                 "free pages and the room left come to %zu pages, and the request needs %zu",
               fmt_bytes(f, 32, (int64_t)d->free_mapped), fmt_bytes(s, 32, (int64_t)shared), fmt_size(g, 32, page, 0),
-              fmt_bytes(p, 32, (int64_t)pinned), (whole + left) / page, (rounded + page - 1) / page);
-  if (pinned > shared)
+              fmt_bytes(p, 32, (int64_t)pinned), (whole + room) / page, (rounded + page - 1) / page);
+}
+
+/* Expandable mode, neither pressure nor memory outside xseg: every whole
+ * free page was moved, and they were too few. */
+static void oom_page_cause(const xs_device_t *d, const xs_derived_t *dv, size_t rounded, xs_sbuf_t *b) {
+  const size_t page = d->vmm.gran, room = d->vmm.limit > d->vmm.held ? d->vmm.limit - d->vmm.held : 0;
+  xs_sbuf_put(b, "fragmentation: ");
+  put_stuck(d, dv, rounded, room, b);
+  if (dv->free_in_pinned_handles_bytes > dv->free_in_shared_pages_bytes)
     xs_sbuf_put(b, "; smaller handles can be moved one by one: try page_size_mb:%zu", page >> 20 ? page >> 20 : 1);
   else
     xs_sbuf_put(b, "; free tensors, or lower the batch");
@@ -320,6 +326,12 @@ void xs_stats_oom_message(xs_device_t *d, size_t size, size_t rounded, char *buf
     xs_sbuf_put(&b, "memory held outside this allocator (other processes, or cudaMalloc outside xseg): %s "
             "of the device is neither xseg's nor free",
         fmt_bytes(l, 32, (int64_t)(drv_total - d->vmm.held - drv_free)));
+    if (d->strat == &xs_expandable_strategy && d->free_mapped > 0) {
+      /* What of the failure is xseg's own: the room left is what the driver has. */
+      const size_t room = limit > d->vmm.held ? limit - d->vmm.held : 0;
+      xs_sbuf_put(&b, "; ");
+      put_stuck(d, &dv, rounded, drv_free < room ? drv_free : room, &b);
+    }
   } else if (d->strat == &xs_binned_strategy) {
     xs_sbuf_put(&b, "fragmentation: %s is free inside segments but split by live blocks; "
             "try expandable_segments:True, or max_split_size_mb / garbage_collection_threshold",

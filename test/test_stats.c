@@ -1838,10 +1838,10 @@ XT_TEST(oom_free_memory_in_shared_pages) {
   XT_CHECK_EQ(t_stat(0, "free_in_shared_pages_bytes"), 11 * MiB);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   char msg[1024];
-  expect_oom(24 * MiB, "fragmentation: 31.00 MiB is free inside segments, but 11.00 MiB of it lies in pages that live "
+  expect_oom(24 * MiB, "fragmentation: of the 31.00 MiB free inside xseg's segments, 11.00 MiB lies in pages that live "
                        "blocks share",
-             "0 B in handles that live blocks pin; the whole free pages and the room under the limit come to 10 "
-             "pages, and the request needs 12; free tensors",
+             "0 B in handles that live blocks pin; the whole free pages and the room left come to 10 pages, and the "
+             "request needs 12; free tensors",
              msg, sizeof msg);
   XT_CHECK_MSG(strstr(msg, "page_size_mb") == NULL, "pages already at the granularity: %s", msg);
   /* Twenty whole pages fit once the ten blocks between are gone too. */
@@ -1868,6 +1868,18 @@ XT_TEST(oom_memory_used_outside_xseg) {
   for (int i = 0; i < 20; i++) XT_REQUIRE((p[i] = xseg_malloc(2 * MiB, 0, NULL)) != NULL);
   /* 40 MiB live + 16 MiB asked fits the 64 MiB device, but 8 MiB are left. */
   expect_oom(16 * MiB, "memory held outside this allocator", "16.00 MiB of the device", NULL, 0);
+  /* The failed attempt mapped the driver's last 4 pages; with three more
+   * of xseg's own free, 7 pages are still short of 8, and the message says
+   * what of the free memory is xseg's and where it lies. */
+  for (int i = 1; i < 7; i += 2) {
+    XT_CHECK_EQ(xseg_free(p[i]), 0);
+    p[i] = NULL;
+  }
+  expect_oom(16 * MiB, "16.00 MiB of the device is neither xseg's nor free; of the 14.00 MiB free inside xseg's "
+                       "segments, 0 B lies in pages that live blocks share",
+             "0 B in handles that live blocks pin; the whole free pages and the room left come to 7 pages, and the "
+             "request needs 8",
+             NULL, 0);
   XT_CHECK_EQ(b->release(b, 0, h), 0);
   void *q = xseg_malloc(16 * MiB, 0, NULL); /* and now it fits */
   XT_CHECK(q != NULL);
