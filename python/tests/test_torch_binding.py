@@ -106,6 +106,23 @@ class StatsMapping(unittest.TestCase):
         self.assertIn("Cause:", text)
         self.assertEqual(binding._test_stats(0)["num_ooms"], 1)
 
+    def test_out_of_memory_says_where_the_free_memory_lies(self):
+        # 21 blocks of 3 MiB fill the 64 MiB device; with every odd one freed
+        # its 10 whole free pages are short of a 24 MiB request, and the other
+        # 11 MiB lie in pages the blocks left share (test/test_stats.c,
+        # oom_free_memory_in_shared_pages, through torch's entry point).
+        blocks = [self.alloc(3 * MiB) for _ in range(21)]
+        for p in blocks[1::2]:
+            self.live.remove(p)
+            binding._test_free(p)
+        with self.assertRaises(MemoryError) as cm:
+            self.alloc(24 * MiB)
+        text = str(cm.exception)
+        self.assertIn("of the 31.00 MiB free inside xseg's segments, 11.00 MiB lies in pages that live blocks share",
+                      text)
+        self.assertIn("the whole free pages and the room left come to 10 pages, and the request needs 12", text)
+        self.assertEqual(xseg.stats(0)["free_in_shared_pages_bytes"], 11 * MiB)
+
 
 class Selection(unittest.TestCase):
     PROBE = "import torch; print(torch.cuda.get_allocator_backend())"
