@@ -1395,6 +1395,39 @@ XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Surplus pins stop once the device holds more than a sixth of the room
+ * (pool/expandable.h, XS_SURPLUS_HELD_DIV): a run under a budget near its
+ * peak passes through such a surplus on its way up, and what it pinned
+ * there would stay stuck at the peak.  The surplus case of the test above,
+ * with 1,000 and 1,100 MiB grown and freed first: 2,144 MiB held for a
+ * live peak of 1,104 is a surplus, but over a sixth of 8,192 MiB, so the
+ * request converts the 20-page handle, and the free pages of it are
+ * reclaimable while the request lives. */
+XT_TEST(surplus_pins_stop_beyond_a_sixth_of_the_room) {
+  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0); /* each pin budget: 64 MiB */
+  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *a = xseg_malloc(1000 * MiB, 0, NULL), *f3 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && a && f3);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  XT_CHECK_EQ(xseg_free(a), 0);
+  char *b = xseg_malloc(1100 * MiB, 0, NULL); /* grows: a is too small, and f3 keeps it from growing on */
+  XT_REQUIRE(b);
+  XT_CHECK_EQ(xseg_free(b), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 2144 * MiB);
+  long long conv = t_stat(0, "num_conversions");
+  char *q = alloc_in(20 * MiB, x, 40 * MiB, 4);
+  XT_REQUIRE(q);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1,
+               "holding over a sixth of the room the 20-page handle was pinned, not converted");
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  XT_CHECK(t_verify(q, 20 * MiB, 4));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(f3), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Turned-over workloads (pool/expandable.h, XS_TURNED): once the program
  * has handed out eight times its live peak, surplus pins may fill 1/32 of
  * the room instead of 1/128.  The second case of the test above, after
@@ -1643,6 +1676,7 @@ int main(void) {
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
+  XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(a_settled_workload_pins_more);
   XT_RUN(a_large_repeating_workload_pins_within_a_quarter_of_room_free);
