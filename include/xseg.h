@@ -76,7 +76,10 @@ XSEG_API int xseg_free(void *ptr);
 XSEG_API int xseg_record_stream(void *ptr, xseg_stream_t stream);
 
 /* Unmap every wholly free page and release every cached handle (or, in
- * binned mode, every wholly free segment) to the driver.  device -1: all. */
+ * binned mode, every wholly free segment) to the driver.  With nothing
+ * live on the device this is a new start: what the allocator learned of
+ * the workload is dropped, and the next one is placed as in a fresh
+ * process (what it learned of the driver is kept).  device -1: all. */
 XSEG_API int xseg_empty_cache(int device);
 
 /* Reset the .peak fields of the device's statistics to their current value.

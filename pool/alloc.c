@@ -414,14 +414,26 @@ int xs_diagnose_bad_pointer(xs_device_t *d, uintptr_t p, const char *what) {
 /* ---- empty_cache ----------------------------------------------------------------------------- */
 
 int xs_empty_cache(xs_device_t *d) {
-  /* Emptied with nothing live, the device starts again: what is allocated
-   * next is packed as at first use (expandable.c, XS_PACK_DIV), and the
-   * live peak that bounds growing instead of converting (XS_SLACK_DIV) and
-   * growing ahead of the GPU (XS_AHEAD_DIV) is the new workload's own. */
+  /* Emptied with nothing live, the device starts again, and what it
+   * learned of the last workload is dropped, so that the next one is
+   * placed as in a fresh process: what is allocated next is
+   * packed as at first use (expandable.c, XS_PACK_DIV); the live peak that
+   * bounds growing instead of converting (XS_SLACK_DIV) and growing ahead
+   * of the GPU (XS_AHEAD_DIV) is the new workload's own; and so are the
+   * evidence of how it frees (XS_TOGETHER_*) and the sizes it asks for
+   * again (the whole-chunk search's memos, whose "asked for lately" decides
+   * how far a search looks).  Kept, the last workload's evidence, its
+   * teardown last, put up to 95 % of a repeated replay's blocks elsewhere
+   * (docs/design.md, "Learning how the program frees").  What xseg learned of
+   * the driver (pacing creates after releases, vmm/phys.c) is kept: the
+   * driver is the same. */
   if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0) {
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];
     d->live_peak = 0;
     d->peak_step = 0;
+    d->together = d->apart = 0;
+    memset(d->no_fit, 0, sizeof d->no_fit);
+    memset(d->searched, 0, sizeof d->searched);
   }
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);

@@ -62,8 +62,9 @@ static int edges_intact(const void *p, size_t n, uint64_t tag) {
   return t_verify(p, EDGE, tag) && t_verify((const char *)p + tail, n - tail, tag + 1);
 }
 
-/* Run one pass; every block is checked before it is freed. */
-static void run_pass(const workload_t *w, uint64_t pass) {
+/* Run one pass; every block is checked before it is freed.  where, if not
+ * NULL, gets the address of each allocation, in order. */
+static void run_pass(const workload_t *w, uint64_t pass, void **where) {
   static void *ptr[MAX_LIVE];
   static size_t len[MAX_LIVE];
   for (int i = 0; i < w->n; i++) {
@@ -72,6 +73,7 @@ static void run_pass(const workload_t *w, uint64_t pass) {
       XT_REQUIRE(ptr[s->slot] == NULL);
       ptr[s->slot] = xseg_malloc(s->bytes, 0, NULL);
       XT_REQUIRE(ptr[s->slot] != NULL);
+      if (where) *where++ = ptr[s->slot];
       len[s->slot] = s->bytes;
       mark_edges(ptr[s->slot], s->bytes, 2 * (pass * MAX_LIVE + (uint64_t)s->slot));
     } else {
@@ -114,12 +116,12 @@ static void expect_steady(const char *what, const workload_t *w, const char *mod
   snprintf(conf, sizeof conf, "%s,host_capacity_mb:16384", mode);
   XT_REQUIRE(t_init(conf) == 0);
   uint64_t pass = 0;
-  for (int i = 0; i < WARM_PASSES; i++) run_pass(w, ++pass);
+  for (int i = 0; i < WARM_PASSES; i++) run_pass(w, ++pass, NULL);
   for (int i = 0; i < STEADY_PASSES; i++) {
     xs_host_counters_t c0 = t_counters();
     uint64_t before = memory_call_count();
     long long grows = t_stat(0, "num_grows"), conversions = t_stat(0, "num_conversions");
-    run_pass(w, ++pass);
+    run_pass(w, ++pass, NULL);
     uint64_t calls = memory_call_count() - before;
     if (calls) {
       char kinds[256];
@@ -203,6 +205,49 @@ static void run_all(void (*build)(workload_t *), const char *what) {
   for (int m = 0; m < 2; m++) expect_steady(what, &w, t_modes[m]);
 }
 
+/* After xseg_empty_cache with nothing live (a new start), the same
+ * workload gets the same addresses as in a fresh process: nothing the last
+ * workload taught the allocator (how it frees, which sizes it repeats)
+ * decides where the next one's blocks go.  A training step teaches that
+ * neighbours are freed together, and random sizes then place by that;
+ * host backend, in both modes. */
+static void training_then_random(workload_t *w) {
+  training(w);
+  for (int k = 0; k < 2; k++) random_sizes(w);
+}
+
+XT_TEST(a_new_start_places_as_a_fresh_process) {
+  static workload_t w;
+  static void *fresh[4096], *again[4096];
+  w.n = 0;
+  training_then_random(&w);
+  int nalloc = 0;
+  for (int i = 0; i < w.n; i++) nalloc += w.steps[i].bytes != 0;
+  XT_REQUIRE(nalloc <= 4096);
+  for (int m = 0; m < 2; m++) {
+    char conf[256];
+    snprintf(conf, sizeof conf, "%s,host_capacity_mb:16384", t_modes[m]);
+    XT_REQUIRE(t_init(conf) == 0);
+    run_pass(&w, 1, fresh);
+    XT_CHECK_EQ(xseg_empty_cache(0), 0);
+    for (int pass = 2; pass <= 3; pass++) {
+      run_pass(&w, (uint64_t)pass, again);
+      XT_CHECK_EQ(xseg_empty_cache(0), 0);
+      int moved = 0, first = -1;
+      for (int i = 0; i < nalloc; i++)
+        if (again[i] != fresh[i]) {
+          if (first < 0) first = i;
+          moved++;
+        }
+      XT_CHECK_MSG(moved == 0,
+                   "%s, pass %d after a new start: %d of %d allocations at other addresses than in the first "
+                   "pass (the first: allocation %d)",
+                   t_modes[m], pass, moved, nalloc, first);
+    }
+    XT_CHECK_EQ(xseg_shutdown(), 0);
+  }
+}
+
 XT_TEST(training_step_repeats_without_driver_calls) { run_all(training, "training step"); }
 XT_TEST(generation_repeats_without_driver_calls) { run_all(generation, "generation"); }
 XT_TEST(random_sizes_repeat_without_driver_calls) { run_all(random_sizes, "random sizes"); }
@@ -211,5 +256,6 @@ int main(void) {
   XT_RUN(training_step_repeats_without_driver_calls);
   XT_RUN(generation_repeats_without_driver_calls);
   XT_RUN(random_sizes_repeat_without_driver_calls);
+  XT_RUN(a_new_start_places_as_a_fresh_process);
   return XT_DONE();
 }
