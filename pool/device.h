@@ -188,7 +188,8 @@ struct xs_device_s {
   uint64_t no_fit[XS_NO_FIT_SLOTS];
   /* Request sizes the whole-chunk search met, each in a slot picked by a
    * hash of the size (the latest wins): the memo serves a size from its
-   * second search on (expandable.c); 8 KiB. */
+   * second search on (expandable.c); 8 KiB.  Both memos are cleared at a
+   * new start (xs_empty_cache). */
   uint64_t searched[XS_SEARCHED_SLOTS];
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;

@@ -263,7 +263,8 @@
  * pool places as it does while packing: the program frees neighbours
  * together (a training step's activations, freed in the backward pass in
  * the reverse of their order), so a shared page strands nothing, and
- * blocks lie back to back. */
+ * blocks lie back to back.  A new start (xs_empty_cache with nothing live)
+ * drops both counts. */
 #define XS_TOGETHER_FREES 32
 #define XS_TOGETHER_WINDOW 256
 #define XS_TOGETHER_MIN 32
