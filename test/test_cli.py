@@ -25,9 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary
+
 BENCH = sys.argv[1] if len(sys.argv) > 1 else "build/benchmarks/xseg-bench"
-failures = 0
-checks = 0
 
 
 def run(*args, env=None):
@@ -37,16 +37,6 @@ def run(*args, env=None):
     p = subprocess.run([BENCH, *args], env=e, capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout, p.stderr
 
-
-def check(cond, what, out=None):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL: %s" % what)
-        if out is not None:
-            rc, so, se = out
-            print("  rc=%d\n  stdout: %r\n  stderr: %r" % (rc, so[:800], se[:800]))
 
 
 def usage_error(args, named, env=None):
@@ -93,8 +83,7 @@ def quick():
 def main():
     if sys.argv[2:] == ["quick"]:
         quick()
-        print("%d checks, %d failed" % (checks, failures))
-        return 1 if failures else 0
+        return summary("test_cli")
 
     # --help and -h: the usage on stdout, status 0, nothing on stderr.
     for flag in ("--help", "-h"):
@@ -261,8 +250,7 @@ def main():
         check(out[0] == 0 and ok, "--json: valid, with the configuration", out)
 
     plot_without_matplotlib()
-    print("%d checks, %d failed" % (checks, failures))
-    return 1 if failures else 0
+    return summary("test_cli")
 
 
 def plot_without_matplotlib():

@@ -14,18 +14,11 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary
+
 BENCH = sys.argv[1] if len(sys.argv) > 1 else "build/benchmarks/xseg-bench"
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "free_where.py")
 MIB = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL " + what)
-
 
 def size(text):
     n, unit = text.split()
@@ -61,5 +54,4 @@ with tempfile.TemporaryDirectory() as tmp:
         json.dump({"frag": []}, f)
     p = subprocess.run([sys.executable, SCRIPT, BENCH, empty], env=env, capture_output=True, text=True, timeout=60)
     check(p.returncode == 1 and "holds no frag rows" in p.stderr, "no rows: exit 1 and a reason: " + p.stderr)
-print("%s: %d failed" % (os.path.basename(__file__), failures))
-sys.exit(1 if failures else 0)
+sys.exit(summary("test_free_where"))

@@ -12,17 +12,9 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
 import torch_replay  # noqa: E402  (imports no torch at module level)
+from checks import check, summary  # noqa: E402
 
 MIB = torch_replay.MIB
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL: " + msg)
-
 
 class Stub(torch_replay.Replayer):
     def __init__(self, need, overrun=0):
@@ -112,5 +104,4 @@ st.update({k: 10 for k in torch_replay.DRIVER_TIMES}, num_grows=3, unrelated=7)
 got = torch_replay.xseg_driver_counts(st, ("num_grows",))
 check(got == dict({k: 1 for k in torch_replay.DRIVER_CALLS}, num_grows=3, driver_ns=50), "driver counts %r" % got)
 
-print("%s" % ("ok" if failures == 0 else "%d failures" % failures))
-sys.exit(1 if failures else 0)
+sys.exit(summary("test_torch_replay"))
