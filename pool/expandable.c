@@ -908,14 +908,17 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t lim
 }
 
 /* May a request of `size` bytes take fresh memory rather than convert a
- * chunk (XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV in expandable.h)? */
+ * chunk (XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV, XS_NEAR_ROOM_MIN in
+ * expandable.h)?  The caller has checked that memory is plentiful. */
 static int grow_instead(const xs_device_t *d, size_t size) {
   const size_t need = xs_round_up(size, d->vmm.gran);
-  const size_t headroom = xs_vmm_headroom(&d->vmm);
+  const size_t headroom = xs_vmm_headroom(&d->vmm), room = xs_vmm_room(&d->vmm);
   const uint64_t peak = d->live_peak;
   const uint64_t live = xs_live_bytes(d);
-  return headroom >= need && headroom - need >= xs_vmm_room(&d->vmm) / XS_ROOMY_DIV &&
-         d->vmm.held + need <= peak + peak / XS_SLACK_DIV && live + size >= peak - peak / XS_NEAR_PEAK_DIV;
+  if (headroom < need || live + size < peak - peak / XS_NEAR_PEAK_DIV) return 0;
+  if (headroom - need >= room / XS_ROOMY_DIV) return d->vmm.held + need <= peak + peak / XS_SLACK_DIV;
+  /* Near the room, for a workload that fills much of it, at its peak. */
+  return size >= XS_NEAR_ROOM_MIN && peak >= room / XS_NEAR_ROOM_FILL_DIV && live + size >= peak - peak / XS_NEAR_ROOM_PEAK_DIV;
 }
 
 /* The request's best fit would cover large free chunk c in part, and

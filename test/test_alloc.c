@@ -1512,7 +1512,8 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
  * With a peak over half the room, a held peak pins within the surplus
  * budget while the peak and the handle leave a quarter of the room free
  * (a_large_repeating_workload_pins_within_a_quarter_of_room_free). */
-static void settled_case(size_t cap_mb, size_t extra_mb, int churn, int expect_pin) {
+enum { SC_CONVERT, SC_PIN, SC_GROW }; /* what settled_case expects of the request */
+static void settled_case(size_t cap_mb, size_t extra_mb, int churn, int expect) {
   char conf[64];
   snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
   XT_REQUIRE(t_init(conf) == 0);
@@ -1530,13 +1531,24 @@ static void settled_case(size_t cap_mb, size_t extra_mb, int churn, int expect_p
     XT_CHECK_EQ(xseg_free(s), 0);
   }
   long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
-  char *q = alloc_in(20 * MiB, x, 40 * MiB, 3);
+  char *q;
+  if (expect == SC_GROW) {
+    /* Growing near the room (grows_instead_of_converting_near_the_room). */
+    q = xseg_malloc(20 * MiB, 0, NULL);
+    XT_REQUIRE(q);
+    XT_CHECK_MSG(q < x || q >= x + 40 * MiB, "20 MiB landed in the free 40 MiB handle");
+    XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+    XT_CHECK_MSG(t_stat(0, "num_device_alloc") > creates, "20 MiB near the room did not grow");
+    t_fill(q, 20 * MiB, 3);
+  } else {
+    q = alloc_in(20 * MiB, x, 40 * MiB, 3);
+  }
   XT_REQUIRE(q);
-  if (expect_pin) {
+  if (expect == SC_PIN) {
     XT_CHECK_MSG(t_stat(0, "num_conversions") == conv,
                  "a settled workload (or a held peak with a quarter of the room free) converted the 20-page handle");
     XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
-  } else {
+  } else if (expect == SC_CONVERT) {
     XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "the 20-page handle was pinned beyond 1/128 of the room");
   }
   T_CHECK_HEAP();
@@ -1552,12 +1564,12 @@ static void settled_case(size_t cap_mb, size_t extra_mb, int churn, int expect_p
 }
 
 XT_TEST(a_settled_workload_pins_more) {
-  settled_case(1024, 0, 130, 1); /* 130 MiB handed out since the peak, 63 MiB with a 1 MiB block */
-  settled_case(1024, 0, 100, 0); /* not yet settled */
+  settled_case(1024, 0, 130, SC_PIN); /* 130 MiB handed out since the peak, 63 MiB with a 1 MiB block */
+  settled_case(1024, 0, 100, SC_CONVERT); /* not yet settled */
   /* Held 502 MiB for a peak of 462: no surplus, but settled. */
-  settled_case(1024, 400, 1000, 1);
-  settled_case(1024, 460, 1100, 0); /* a peak of 522 MiB: over half the room */
-  settled_case(1024, 420, 1000, 0); /* a peak of 482 MiB, but 522 held: over half the room */
+  settled_case(1024, 400, 1000, SC_PIN);
+  settled_case(1024, 460, 1100, SC_CONVERT); /* a peak of 522 MiB: over half the room */
+  settled_case(1024, 420, 1000, SC_CONVERT); /* a peak of 482 MiB, but 522 held: over half the room */
 }
 
 /* A workload whose peak fills more than half the room never counts as
@@ -1568,9 +1580,11 @@ XT_TEST(a_settled_workload_pins_more) {
  * GiB live on an 80 GiB device, made 242 driver calls in its second pass).
  * On a 2 GiB device, after the turns (a surplus budget of 64 MiB): */
 XT_TEST(a_large_repeating_workload_pins_within_a_quarter_of_room_free) {
-  settled_case(2048, 1000, 8600, 1);  /* a peak of 1,062 MiB: 1,102 with the handle, under 1,536 */
-  settled_case(2048, 1000, 100, 0);   /* the peak has not held */
-  settled_case(2048, 1440, 12100, 0); /* a peak of 1,502 MiB: with the handle over 1,536 */
+  settled_case(2048, 1000, 8600, SC_PIN); /* a peak of 1,062 MiB: 1,102 with the handle, under 1,536 */
+  settled_case(2048, 1000, 100, SC_CONVERT); /* the peak has not held */
+  /* A peak of 1,502 MiB: with the handle over 1,536, so no pin; and so
+   * near the room that the request, at the peak, grows instead. */
+  settled_case(2048, 1440, 12100, SC_GROW);
 }
 
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
@@ -1644,6 +1658,39 @@ XT_TEST(grows_instead_of_converting_near_the_live_peak) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Growing near the room (pool/expandable.h, XS_NEAR_ROOM_MIN): where the
+ * growth leaves less than a quarter of the room free but memory is still
+ * plentiful, a request of at least 8 MiB at the live peak (within a
+ * thirty-second) of a workload that fills half the room grows, past the
+ * slack; below the peak, or on a roomy device past the slack, it
+ * converts.  With P = 256 MiB live at the peak and a freed handle of 36:
+ * a 30 MiB request lands at 250 >= 248, a 20 MiB one at 240. */
+XT_TEST(grows_instead_of_converting_near_the_room) {
+  char *n, *x;
+  int conv;
+  /* 320 MiB: 64 free, not a quarter after the growth, an eighth before. */
+  XT_REQUIRE(t_init("host_capacity_mb:320") == 0);
+  place_after_free(2, 218, 36, 30, &n, &x, &conv);
+  XT_CHECK_MSG(!conv, "a request at the peak near the room converted");
+  XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
+  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(256 + 30) * (long long)MiB);
+  XT_CHECK_EQ(xseg_free(n), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+  /* Below the peak: converts. */
+  XT_REQUIRE(t_init("host_capacity_mb:320") == 0);
+  place_after_free(2, 218, 36, 20, &n, &x, &conv);
+  XT_CHECK_MSG(conv, "a request below the peak near the room grew");
+  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)256 * (long long)MiB);
+  XT_CHECK_EQ(xseg_free(n), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+  /* A roomy device (600 MiB): the slack bounds growth (286 > 264). */
+  XT_REQUIRE(t_init("host_capacity_mb:600") == 0);
+  place_after_free(2, 218, 36, 30, &n, &x, &conv);
+  XT_CHECK_MSG(conv, "a request past the slack on a roomy device grew");
+  XT_CHECK_EQ(xseg_free(n), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 int main(void) {
   XT_RUN(integrity_expandable);
   XT_RUN(integrity_binned);
@@ -1659,6 +1706,7 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_bounded_with_room_to_spare);
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
+  XT_RUN(grows_instead_of_converting_near_the_room);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(exact_handles_are_taken_instead_of_converting_under_pressure);
   XT_RUN(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place);
