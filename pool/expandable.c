@@ -939,8 +939,9 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * device holds well over the live peak, pin c whatever its size within
  * the surplus budget (may_pin_surplus); else, while the device is roomy
  * and holds little more than the live peak (grow_instead, XS_ROOMY_DIV
- * and XS_SLACK_DIV), take fresh memory (one or two handles) and leave c
- * whole for a request of its own size.  1: *f holds the new place; 0:
+ * and XS_SLACK_DIV), or near the room at the peak of a workload that
+ * fills half of it (XS_NEAR_ROOM_MIN), take fresh memory (one or two
+ * handles) and leave c whole for a request of its own size.  1: *f holds the new place; 0:
  * convert after all; -1: a growth attempt failed and may have moved pages,
  * look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_block_t *first,

@@ -215,6 +215,7 @@
  *     nothing live, as for XS_PACK_DIV);
  *   - the bytes live with the request are within 1/XS_NEAR_PEAK_DIV of
  *     that peak.
+ * (Where the first fails, see XS_NEAR_ROOM_MIN below.)
  * The chunk it spared is wholly free, so reclaim can still take it: the
  * memory is held, not stranded.  The first bound keeps min-budget runs as
  * they were, the second bounds what an uncapped program holds, and the
@@ -230,27 +231,28 @@
 #define XS_ROOMY_DIV 4
 #define XS_SLACK_DIV 32
 #define XS_NEAR_PEAK_DIV 8
-/* Growing near the room.  Where the growth would leave less than
- * 1/XS_ROOMY_DIV of the room free (but memory is still plentiful, at least
- * 1/XS_PLENTIFUL free), a request of at least XS_NEAR_ROOM_MIN bytes
- * within 1/XS_NEAR_PEAK_DIV of the live peak grows instead of converting,
- * with no bound on holdings over that peak, once the live peak fills
- * 1/XS_NEAR_ROOM_PEAK_DIV of the room.  A device holding that much is
- * bounded by the room already; and the chunk left whole can still be
- * taken by reclaim, as a whole handle, wherever the next large request
- * needs pages, where a converted chunk leaves the pages that the block
- * shares with the free rest.  Host backend, stable min budgets before ->
- * after: the recorded ResNet-50 with changing shapes 1.0080 -> 1.0018
- * under a filler and 1.0077 -> 1.0015 under a cap (PyTorch's expandable
- * segments need 1.0074 of its peak on an H100); no trace worse by more
- * than 0.0013 over the four modes; no uncapped pass with an H100's memory
- * or a 24 GiB device changed except the GPT-2-small and -medium training
- * traces that overfill the latter.  For every size (not only from
- * XS_NEAR_ROOM_MIN) the GPT-2-small inference needed 1.0090 instead of
- * 1.0064; judged by what the device holds (a quarter of the room) rather
- * than by the peak, a 24 GiB device held 21,524 MiB for rmm_uniform's
- * 8,192 MiB peak instead of 11,258 (docs/benchmarks.md, "Growing near the
- * room"). */
+/* Growing near the room.  Where a growth would leave less than
+ * 1/XS_ROOMY_DIV of the room free, but memory is still plentiful (at least
+ * 1/XS_PLENTIFUL free), a request of at least XS_NEAR_ROOM_MIN bytes that
+ * brings the live bytes within 1/XS_NEAR_ROOM_PEAK_DIV of the live peak
+ * grows instead of converting, with no bound on holdings over that peak,
+ * once that peak fills 1/XS_NEAR_ROOM_FILL_DIV of the room.  What the
+ * device then holds is bounded by the room; and the chunk left whole stays
+ * a whole handle that reclaim can move to wherever the next large request
+ * needs pages, where a converted chunk leaves the pages its block shares
+ * with the free rest.  The recorded ResNet-50 with changing shapes needed
+ * 1.0080 of its peak under a filler with no lag but 1.0018-1.0029 with any
+ * (a busy chunk took fresh memory): with the rule, host backend, 1.0018
+ * under a filler and 1.0015 under a cap (1.0077 before), and 1.0019
+ * through PyTorch on an H100 (1.0081 before, expandable segments 1.0074);
+ * no trace worse by more than 0.0013 (host, four modes), logrand better by
+ * up to 0.0013, and no uncapped pass with an H100's memory changed.
+ * For any size the GPT-2-small inference needed 1.0090 instead of 1.0064;
+ * without the window at the peak the GPT-2-medium training's later passes
+ * held 2 GiB more on an H100's memory; judged by what the device holds (a
+ * quarter of the room) instead of by the peak, a 24 GiB device
+ * held 21,524 MiB for rmm_uniform's 8,192 MiB peak instead of 11,258
+ * (docs/benchmarks.md, "Growing near the room"). */
 #define XS_NEAR_ROOM_MIN ((size_t)8 << 20)
 #define XS_NEAR_ROOM_FILL_DIV 2
 #define XS_NEAR_ROOM_PEAK_DIV 32
