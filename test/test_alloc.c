@@ -1614,6 +1614,8 @@ static void place_after_free(size_t keep_mb, size_t y_mb, size_t x_mb, size_t n_
   T_CHECK_HEAP();
 }
 
+static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what);
+
 XT_TEST(grows_instead_of_converting_near_the_live_peak) {
   XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
   char *n, *x;
@@ -1650,12 +1652,9 @@ XT_TEST(grows_instead_of_converting_near_the_live_peak) {
   XT_CHECK_MSG(conv1, "a request past the slack grew");
   XT_CHECK_EQ(xseg_free(n), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
-  /* Not roomy (a quarter of the limit would not stay free): converts. */
-  XT_REQUIRE(t_init("host_capacity_mb:320") == 0);
-  place_after_free(2, 218, 36, 8, &n, &x, &conv1);
-  XT_CHECK_MSG(conv1, "a request with little room left grew");
-  XT_CHECK_EQ(xseg_free(n), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
+  /* Not roomy (a quarter of the limit would not stay free), and below the
+   * peak for growing near the room (228 < 248): converts. */
+  near_room_case(320, 8, 0, "a request with little room left, below the peak");
 }
 
 /* Growing near the room (pool/expandable.h, XS_NEAR_ROOM_MIN): where the
@@ -1664,31 +1663,30 @@ XT_TEST(grows_instead_of_converting_near_the_live_peak) {
  * thirty-second) of a workload that fills half the room grows, past the
  * slack; below the peak, or on a roomy device past the slack, it
  * converts.  With P = 256 MiB live at the peak and a freed handle of 36:
- * a 30 MiB request lands at 250 >= 248, a 20 MiB one at 240. */
-XT_TEST(grows_instead_of_converting_near_the_room) {
+ * a 30 MiB request lands at 250 >= 248, a 20 MiB one at 240.
+ * near_room_case runs place_after_free's case on a fresh device of cap_mb
+ * and checks what the request did and the peak the device held. */
+static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what) {
+  char conf[48];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
   char *n, *x;
   int conv;
+  place_after_free(2, 218, 36, n_mb, &n, &x, &conv);
+  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB on a %zu MiB device %s", what, n_mb, cap_mb,
+               conv ? "converted" : "grew");
+  if (expect_grow) XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
+  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(256 + (expect_grow ? n_mb : 0)) * (long long)MiB);
+  XT_CHECK_EQ(xseg_free(n), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(grows_instead_of_converting_near_the_room) {
   /* 320 MiB: 64 free, not a quarter after the growth, an eighth before. */
-  XT_REQUIRE(t_init("host_capacity_mb:320") == 0);
-  place_after_free(2, 218, 36, 30, &n, &x, &conv);
-  XT_CHECK_MSG(!conv, "a request at the peak near the room converted");
-  XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
-  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(256 + 30) * (long long)MiB);
-  XT_CHECK_EQ(xseg_free(n), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
-  /* Below the peak: converts. */
-  XT_REQUIRE(t_init("host_capacity_mb:320") == 0);
-  place_after_free(2, 218, 36, 20, &n, &x, &conv);
-  XT_CHECK_MSG(conv, "a request below the peak near the room grew");
-  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)256 * (long long)MiB);
-  XT_CHECK_EQ(xseg_free(n), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
-  /* A roomy device (600 MiB): the slack bounds growth (286 > 264). */
-  XT_REQUIRE(t_init("host_capacity_mb:600") == 0);
-  place_after_free(2, 218, 36, 30, &n, &x, &conv);
-  XT_CHECK_MSG(conv, "a request past the slack on a roomy device grew");
-  XT_CHECK_EQ(xseg_free(n), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
+  near_room_case(320, 30, 1, "a request at the peak near the room");
+  near_room_case(320, 20, 0, "a request below the peak near the room");
+  /* A roomy device: the slack bounds growth (held 286 > 264). */
+  near_room_case(600, 30, 0, "a request past the slack on a roomy device");
 }
 
 int main(void) {
