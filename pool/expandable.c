@@ -918,7 +918,8 @@ static int grow_instead(const xs_device_t *d, size_t size) {
   if (headroom < need || live + size < peak - peak / XS_NEAR_PEAK_DIV) return 0;
   if (headroom - need >= room / XS_ROOMY_DIV) return d->vmm.held + need <= peak + peak / XS_SLACK_DIV;
   /* Near the room, for a workload that fills much of it, at its peak. */
-  return size >= XS_NEAR_ROOM_MIN && peak >= room / XS_NEAR_ROOM_FILL_DIV && live + size >= peak - peak / XS_NEAR_ROOM_PEAK_DIV;
+  return size >= XS_NEAR_ROOM_MIN && peak >= room / XS_NEAR_ROOM_FILL_DIV &&
+         live + size >= peak - peak / XS_NEAR_ROOM_PEAK_DIV;
 }
 
 /* The request's best fit would cover large free chunk c in part, and
@@ -941,9 +942,9 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * and holds little more than the live peak (grow_instead, XS_ROOMY_DIV
  * and XS_SLACK_DIV), or near the room at the peak of a workload that
  * fills half of it (XS_NEAR_ROOM_MIN), take fresh memory (one or two
- * handles) and leave c whole for a request of its own size.  1: *f holds the new place; 0:
- * convert after all; -1: a growth attempt failed and may have moved pages,
- * look again. */
+ * handles) and leave c whole for a request of its own size.  1: *f holds
+ * the new place; 0: convert after all; -1: a growth attempt failed and may
+ * have moved pages, look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_block_t *first,
                             xs_fit_t *f) {
   if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, f);
