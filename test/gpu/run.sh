@@ -2,7 +2,7 @@
 # test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
 # in one call.  Results and logs go to $OUT (default ./gpu-out).
 #
-#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [passes-ab] [torch-ab] [resnet] [dist] [replay] [record] [quick]
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [passes-ab] [torch-ab] [resnet] [first] [dist] [replay] [record] [quick]
 #
 #   tests  the ctest suite: GPU tests (label gpu) and the host tests
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
@@ -30,6 +30,8 @@
 #          XSEG_ALLOC_CONF=CONF_A and CONF_B (both required), alternating, AB_ROUNDS
 #          rounds, plus PyTorch's default allocator each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
+#   first  GPT-2 training from an empty cache (first_steps.py): the set-up and
+#          each step's time under three allocators, FIRST_ROUNDS rounds (3)
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
 #   ab     the cached-pair latency of this tree against BASE_TAR (a source
@@ -308,6 +310,60 @@ for alloc in ("native-expandable", "xseg"):
         print("%s against native, per round: step-by-step median ratio %s (median %.3f); steps 5.. total %s; "
               "reserved peak MiB %s" % (alloc, " ".join("%.3f" % x for x in ratios), st.median(ratios),
                                         " ".join("%.3f" % x for x in totals), " ".join("%.0f" % x for x in res)))
+PY
+fi
+
+if want first; then
+  install_python || rc=1
+  log "GPT-2 training from an empty cache: set-up and first steps (${FIRST_ROUNDS:-3} rounds, order rotated)"
+  for round in $(seq "${FIRST_ROUNDS:-3}"); do
+    case $((round % 3)) in
+      1) order="native expandable xseg" ;;
+      2) order="expandable xseg native" ;;
+      0) order="xseg native expandable" ;;
+    esac
+    for alloc in $order; do
+      case $alloc in
+        native) native_env python3 test/gpu/first_steps.py ;;
+        expandable) native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/first_steps.py ;;
+        xseg) xseg_env python3 test/gpu/first_steps.py ;;
+      esac 2>>"$OUT/first.err" | tail -1 | sed "s/^{/{\"round\": $round, /" | tee -a "$OUT/first.jsonl" | cut -c1-160
+    done
+  done
+  # Against PyTorch's default in the same round: the set-up, step 0 (the
+  # growth to the peak), step 1, and the median of steps 3 on (repeats).
+  python3 - "$OUT/first.jsonl" <<'PY' || rc=1
+import json, statistics as st, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {(r["round"], r["allocator"]): r for r in runs}
+def parts(r):
+    s = r["steps_ms"]
+    return r["setup_ms"], s[0], s[1], st.median(s[3:])
+for alloc in ("native", "expandable", "xseg"):
+    rows = [by[k] for k in sorted(by) if k[1] == alloc]
+    if not rows:
+        continue
+    med = [st.median(p[i] for p in map(parts, rows)) for i in range(4)]
+    line = "%-10s set-up %.1f ms, step 0 %.1f, step 1 %.1f, steps 3.. %.1f (medians of %d); reserved peak MiB %s" % (
+        alloc, *med, len(rows), " ".join("%.0f" % r["reserved_peak_mib"] for r in rows))
+    if alloc != "native":
+        ratios = []
+        for r in rows:
+            n = by.get((r["round"], "native"))
+            if n:
+                ratios.append([a / b for a, b in zip(parts(r), parts(n))])
+        if ratios:
+            line += "; over native, median of rounds: set-up %.3f, step 0 %.3f, step 1 %.3f, steps 3.. %.3f" % tuple(
+                st.median(x[i] for x in ratios) for i in range(4))
+    print(line)
+    ph = [r["xseg_phases"] for r in rows if r.get("xseg_phases")]
+    for i, name in enumerate(("set-up", "step 0", "step 1", "steps 2..")):
+        if ph:
+            d = {k: st.median(p[i][k] for p in ph) for k in ph[0][i]}
+            print("  xseg %-9s driver %.1f ms (paced %.1f): %d creates, %d releases, %d maps, %d unmaps, %d grows, "
+                  "%d conversions, %d fence waits" % (name, d["driver_ms"], d["time_paced_ns"] / 1e6,
+                  d["num_device_alloc"], d["num_device_free"], d["num_map"], d["num_unmap"], d["num_grows"],
+                  d["num_conversions"], d["num_fence_waits"]))
 PY
 fi
 
