@@ -14,7 +14,9 @@ AdamW states; step 1 meets the states beside the activations; the later
 steps repeat.
 
 The last stdout line is JSON: the allocator, the set-up time, every step's
-time (ms), the peaks torch's statistics report, and under xseg its driver
+time (ms), the time until the host had queued each step (cpu_ms: where it
+is close to the step's, the host, not the GPU, set the pace), the peaks
+torch's statistics report, and under xseg its driver
 work (calls, time in the driver, conversions, fence waits) in the set-up,
 step 0, step 1 and the later steps.
 """
@@ -99,10 +101,11 @@ def main():
     torch.cuda.synchronize()
     setup_ms = (time.perf_counter() - t0) * 1e3
     marks.append(xseg_counters())
-    steps_ms, losses = [], []
+    steps_ms, cpu_ms, losses = [], [], []
     for _ in range(args.steps):
         t = time.perf_counter()
         loss = step(model, opt, x)
+        cpu_ms.append((time.perf_counter() - t) * 1e3)  # until the host has queued the step
         torch.cuda.synchronize()
         steps_ms.append((time.perf_counter() - t) * 1e3)
         losses.append(float(loss.detach()))
@@ -113,6 +116,7 @@ def main():
         "allocator": allocator_name(),
         "setup_ms": setup_ms,
         "steps_ms": steps_ms,
+        "cpu_ms": cpu_ms,
         "losses": losses,
         "reserved_before_mib": reserved0 / 2**20,
         "reserved_peak_mib": torch.cuda.max_memory_reserved() / 2**20,

@@ -355,6 +355,9 @@ for alloc in ("native", "expandable", "xseg"):
         if ratios:
             line += "; over native, median of rounds: set-up %.3f, step 0 %.3f, step 1 %.3f, steps 3.. %.3f" % tuple(
                 st.median(x[i] for x in ratios) for i in range(4))
+    if all("cpu_ms" in r for r in rows):
+        line += "; host queued step 0 in %.1f ms, later steps in %.1f" % (
+            st.median(r["cpu_ms"][0] for r in rows), st.median(st.median(r["cpu_ms"][3:]) for r in rows))
     print(line)
     ph = [r["xseg_phases"] for r in rows if r.get("xseg_phases")]
     for i, name in enumerate(("set-up", "step 0", "step 1", "steps 2..")):
