@@ -327,7 +327,8 @@ if want first; then
         native) native_env python3 test/gpu/first_steps.py ;;
         expandable) native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/first_steps.py ;;
         xseg) xseg_env python3 test/gpu/first_steps.py ;;
-      esac 2>>"$OUT/first.err" | tail -1 | sed "s/^{/{\"round\": $round, /" | tee -a "$OUT/first.jsonl" | cut -c1-160
+      esac 2>>"$OUT/first.err" | tail -1 | sed "s/^{/{\"round\": $round, /" | tee -a "$OUT/first.jsonl" | cut -c1-160 ||
+        { echo "first_steps.py under $alloc failed (round $round): $OUT/first.err"; rc=1; }
     done
   done
   # Against PyTorch's default in the same round: the set-up, step 0 (the
