@@ -30,8 +30,9 @@
 #          XSEG_ALLOC_CONF=CONF_A and CONF_B (both required), alternating, AB_ROUNDS
 #          rounds, plus PyTorch's default allocator each round
 #   resnet torchvision ResNet-50 with shapes changing every step, three allocators
-#   first  GPT-2 training from an empty cache (first_steps.py): the set-up and
-#          each step's time under three allocators, FIRST_ROUNDS rounds (3)
+#   first  GPT-2 training from an empty cache (first_steps.py, FIRST_ARGS passed
+#          on): the set-up and each step's time under three allocators,
+#          FIRST_ROUNDS rounds (3)
 #   train  PyTorch training and inference under native, expandable and xseg
 #          (torch_compare.py)
 #   ab     the cached-pair latency of this tree against BASE_TAR (a source
@@ -324,9 +325,9 @@ if want first; then
     esac
     for alloc in $order; do
       case $alloc in
-        native) native_env python3 test/gpu/first_steps.py ;;
-        expandable) native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/first_steps.py ;;
-        xseg) xseg_env python3 test/gpu/first_steps.py ;;
+        native) native_env python3 test/gpu/first_steps.py ${FIRST_ARGS:-} ;;
+        expandable) native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/first_steps.py ${FIRST_ARGS:-} ;;
+        xseg) xseg_env python3 test/gpu/first_steps.py ${FIRST_ARGS:-} ;;
       esac 2>>"$OUT/first.err" | tail -1 | sed "s/^{/{\"round\": $round, /" | tee -a "$OUT/first.jsonl" | cut -c1-160 ||
         { echo "first_steps.py under $alloc failed (round $round): $OUT/first.err"; rc=1; }
     done
