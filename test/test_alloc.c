@@ -1614,7 +1614,29 @@ static void place_after_free(size_t keep_mb, size_t y_mb, size_t x_mb, size_t n_
   T_CHECK_HEAP();
 }
 
-static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what);
+/* Growing near the room (pool/expandable.h, XS_NEAR_ROOM_MIN): where the
+ * growth leaves less than a quarter of the room free but memory is still
+ * plentiful, a request of at least 8 MiB at the live peak (within a
+ * thirty-second) of a workload that fills half the room grows, past the
+ * slack; below the peak, or on a roomy device past the slack, it
+ * converts.  With P = 256 MiB live at the peak and a freed handle of 36:
+ * a 30 MiB request lands at 250 >= 248, a 20 MiB one at 240.
+ * near_room_case runs place_after_free's case on a fresh device of cap_mb
+ * and checks what the request did and the peak the device held. */
+static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what) {
+  char conf[48];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  char *n, *x;
+  int conv;
+  place_after_free(2, 218, 36, n_mb, &n, &x, &conv);
+  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB on a %zu MiB device %s", what, n_mb, cap_mb,
+               conv ? "converted" : "grew");
+  if (expect_grow) XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
+  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(256 + (expect_grow ? n_mb : 0)) * (long long)MiB);
+  XT_CHECK_EQ(xseg_free(n), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
 
 XT_TEST(grows_instead_of_converting_near_the_live_peak) {
   XT_REQUIRE(t_init("host_capacity_mb:1024") == 0);
@@ -1655,30 +1677,6 @@ XT_TEST(grows_instead_of_converting_near_the_live_peak) {
   /* Not roomy (a quarter of the limit would not stay free), and below the
    * peak for growing near the room (228 < 248): converts. */
   near_room_case(320, 8, 0, "a request with little room left, below the peak");
-}
-
-/* Growing near the room (pool/expandable.h, XS_NEAR_ROOM_MIN): where the
- * growth leaves less than a quarter of the room free but memory is still
- * plentiful, a request of at least 8 MiB at the live peak (within a
- * thirty-second) of a workload that fills half the room grows, past the
- * slack; below the peak, or on a roomy device past the slack, it
- * converts.  With P = 256 MiB live at the peak and a freed handle of 36:
- * a 30 MiB request lands at 250 >= 248, a 20 MiB one at 240.
- * near_room_case runs place_after_free's case on a fresh device of cap_mb
- * and checks what the request did and the peak the device held. */
-static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what) {
-  char conf[48];
-  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
-  XT_REQUIRE(t_init(conf) == 0);
-  char *n, *x;
-  int conv;
-  place_after_free(2, 218, 36, n_mb, &n, &x, &conv);
-  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB on a %zu MiB device %s", what, n_mb, cap_mb,
-               conv ? "converted" : "grew");
-  if (expect_grow) XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
-  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(256 + (expect_grow ? n_mb : 0)) * (long long)MiB);
-  XT_CHECK_EQ(xseg_free(n), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
 XT_TEST(grows_instead_of_converting_near_the_room) {
