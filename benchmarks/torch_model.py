@@ -62,10 +62,14 @@ refuses for its own reasons is not modelled.
 """
 import argparse
 import bisect
-import gzip
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test", "gpu"))
+# The GPU's replay: its trace parser and its min-budget bisection, so both
+# sides are read and bisected alike (it imports no torch at module level).
+import torch_replay  # noqa: E402
 
 MIB = 1 << 20
 SMALL_SIZE = 1 * MIB          # largest "small" request
@@ -81,27 +85,10 @@ class OutOfMemory(Exception):
 
 
 def load(path):
-    """The trace's events: ('a', id, bytes, stream) and ('f', id, 0, stream);
-    ValueError naming the line for anything else."""
-    opener = gzip.open if path.endswith(".gz") else open
-    events = []
-    with opener(path, "rt") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.startswith("#") or not line.strip():
-                continue
-            tok = line.split()
-            try:
-                if tok[0] == "a" and len(tok) in (3, 4):
-                    events.append(("a", int(tok[1]), int(tok[2]), int(tok[3]) if len(tok) > 3 else 0))
-                    continue
-                if tok[0] == "f" and len(tok) in (2, 3):
-                    events.append(("f", int(tok[1]), 0, int(tok[2]) if len(tok) > 2 else 0))
-                    continue
-            except ValueError:
-                pass
-            raise ValueError("line %d: not a trace line: %r (want 'a ID BYTES [STREAM]' or 'f ID [STREAM]')"
-                             % (lineno, line.strip()))
-    return events
+    """The trace's events, (op, id, bytes, stream) with op 0 an allocation
+    and 1 a free, and its peak live bytes (torch_replay.parse_trace: a
+    malformed line is a SystemExit naming it)."""
+    return torch_replay.parse_trace(path)
 
 
 def round_size(n):
@@ -405,8 +392,8 @@ def replay(events, expandable, passes=1, cap=None, filler=False):
     a = Allocator(expandable, cap, filler)
     live, nlive, live_peak = {}, 0, 0
     for _ in range(passes):
-        for kind, i, n, stream in events:
-            if kind == "a":
+        for op, i, n, stream in events:
+            if op == 0:
                 live[i] = (a.malloc(n, stream), n)
                 nlive += n
                 live_peak = max(live_peak, nlive)
@@ -421,51 +408,32 @@ def replay(events, expandable, passes=1, cap=None, filler=False):
     return a.held_peak, live_peak, a.driver_allocs
 
 
-STABLE_TRIES = 16   # as test/gpu/torch_replay.py and benchmarks/frag.c
-STABLE_DIV = 200
+class ModelReplayer(torch_replay.Replayer):
+    """torch_replay's Replayer with the model in place of PyTorch: its
+    min_budget bisects the model as it bisects the GPU."""
 
+    def __init__(self, expandable, filler=False, keeps=0):
+        self.expandable, self.filler, self.keeps, self.held = expandable, filler, keeps, 0
 
-def min_budget(events, expandable, peak, filler=False, keeps=0, step=MIB, stable=True):
-    """The stable min budget, found as test/gpu/torch_replay.py finds it:
-    the smallest budget (a multiple of step) that replays, and replays in
-    STABLE_TRIES budgets spread over the next 1/STABLE_DIV of the peak too.
-    Under a filler the allocator has the budget less `keeps` (what the
-    driver keeps).  Returns (budget, held peak at that budget)."""
-    def held(b):
+    def replay(self, events, budget):
         try:
-            return replay(events, expandable, 1, b - keeps, filler)[0]
+            self.held = replay(events, self.expandable, 1, budget - self.keeps, self.filler)[0]
+            return True
         except OutOfMemory:
-            return None
-    lo, hi, factor = peak // step * step, None, 1.02
-    while hi is None:
-        b = -(-int(peak * factor) // step) * step
-        if held(b) is not None:
-            hi = b
-        elif factor >= 4:
-            return None, None
-        else:
-            lo, factor = b, min(4.0, 1 + (factor - 1) * 2)
-    while hi - lo > step:
-        mid = (lo + hi) // 2 // step * step
-        if mid <= lo:
-            break
-        if held(mid) is not None:
-            hi = mid
-        else:
-            lo = mid
-    stride = max(step, -(-(peak // STABLE_DIV // STABLE_TRIES) // step) * step)
-    k = 1
-    while stable and k <= STABLE_TRIES:
-        if held(hi + k * stride) is not None:
-            k += 1
-            continue
-        hi += k * stride
-        while held(hi) is None:
-            hi += step
-            if hi > 4 * peak:
-                return None, None
-        k = 1
-    return hi, held(hi)
+            return False
+
+    def peak_reserved(self):
+        return self.held
+
+
+def min_budget(events, expandable, peak, filler=False, keeps=0, stable=True):
+    """The min budget found as test/gpu/torch_replay.py finds it (stable:
+    16 budgets over the next 0.5 % of the peak must replay too; else
+    bisection's first fit), to 1 MiB; under a filler the allocator has the
+    budget less `keeps`.  Returns (budget, held peak at it), or (None, None)
+    past 4x the peak."""
+    budget, _, held = ModelReplayer(expandable, filler, keeps).min_budget(events, peak, stable=stable)
+    return budget, held
 
 
 def trace_path(name):
@@ -496,8 +464,8 @@ def main(argv):
     for name in args.traces:
         path = trace_path(name)
         try:
-            events = load(path)
-        except (OSError, ValueError) as e:
+            events, _ = load(path)
+        except OSError as e:
             sys.exit("torch_model.py: %s: %s" % (path, e))
         trace = os.path.basename(path).split(".")[0]
         for mode in modes:

@@ -40,8 +40,7 @@ def main(bench):
         failures += 1
     print("%-22s %8s %8s" % ("trace", "xseg", "expand"))
     for r in rows:
-        events = tm.load(os.path.join(ROOT, "benchmarks", "traces", r["trace"] + ".trace"))
-        peak = tm.replay(events, expandable=True)[1]
+        events, peak = tm.load(os.path.join(ROOT, "benchmarks", "traces", r["trace"] + ".trace"))
         # Bisection's first fit: at or below the stable figure, so the
         # check is, if anything, stricter on xseg; and half the replays.
         budget, held = tm.min_budget(events, True, peak, stable=False)

@@ -48,6 +48,7 @@ SPEC is a factor for every trace, or NAME:FACTOR pairs separated by commas,
 with *:FACTOR for the traces not named.
 """
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -59,9 +60,10 @@ STABLE_DIV = 200   # FRAG_STABLE_DIV
 
 
 def parse_trace(path):
-    """Events as (op, id, size, stream) tuples and the peak live bytes."""
+    """Events as (op, id, size, stream) tuples and the peak live bytes
+    (a file, or a gzip-compressed one ending in .gz)."""
     events, live, cur, peak = [], {}, 0, 0
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for lineno, line in enumerate(f, 1):
             tok = line.split()
             if not tok or tok[0].startswith("#"):
@@ -200,9 +202,10 @@ class Replayer:
                 self.filler.release()
         return ok
 
-    def min_budget(self, events, peak, step=MIB):
+    def min_budget(self, events, peak, step=MIB, stable=True):
         """Smallest budget (a multiple of `step`) that replays: (budget, trials,
-        peak bytes the allocator held in a replay under that budget)."""
+        peak bytes the allocator held in a replay under that budget).  With
+        stable false, bisection's first fit (no check of the budgets above)."""
         trials = 0
         lo = (peak // step) * step            # below the peak nothing can succeed
         hi = None
@@ -232,7 +235,7 @@ class Replayer:
         # fit too, as xseg-bench frag counts it (benchmarks/frag.c).
         stride = max(step, -(-(peak // STABLE_DIV // STABLE_TRIES) // step) * step)
         k = 1
-        while k <= STABLE_TRIES:
+        while stable and k <= STABLE_TRIES:
             trials += 1
             if self.replay(events, hi + k * stride):
                 k += 1
