@@ -424,10 +424,11 @@ int xs_empty_cache(xs_device_t *d) {
    * again (the whole-chunk search's memos, whose "asked for lately" decides
    * how far a search looks).  Kept, the last workload's evidence, its
    * teardown last, put up to 95 % of a repeated replay's blocks elsewhere
-   * (docs/design.md, "Learning how the program frees").  What xseg learned of
-   * the driver (pacing creates after releases, vmm/phys.c) is kept: the
-   * driver is the same. */
-  if (d->stats.allocated_bytes[XS_STAT_ALL].current == 0) {
+   * (docs/design.md, "Learning how the program frees").  The physical
+   * layer starts again too (xs_vmm_new_start: pacing off, what others hold
+   * looked at again), keeping only the driver's pace it learned. */
+  const int new_start = d->stats.allocated_bytes[XS_STAT_ALL].current == 0;
+  if (new_start) {
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];
     d->live_peak = 0;
     d->peak_step = 0;
@@ -437,7 +438,9 @@ int xs_empty_cache(xs_device_t *d) {
   }
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);
-  return d->strat->empty(d);
+  int rc = d->strat->empty(d);
+  if (new_start) xs_vmm_new_start(&d->vmm);
+  return rc;
 }
 
 int xs_enable_peer_access(xs_device_t *d, int peer) { return d->strat->enable_peer(d, peer); }

@@ -194,6 +194,13 @@ int xs_vmm_forget_unseen(xs_vmm_t *v) {
   return had > 0;
 }
 
+void xs_vmm_new_start(xs_vmm_t *v) {
+  v->pacing = 0;
+  v->paced = 0;
+  v->probe_every = XS_VMM_PACE_PROBE;
+  xs_vmm_look(v);
+}
+
 static int device_full(const xs_vmm_t *v, size_t size) {
   return xs_vmm_fail(XSEG_ENOMEM,
                      "xseg: device %d: %zu more bytes do not fit in its free memory (%zu bytes held by xseg, %zu "

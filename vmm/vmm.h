@@ -252,6 +252,18 @@ uint64_t xs_vmm_scrub_left(xs_vmm_t *v);
  * Done before an allocation fails for want of memory, and when the whole
  * cache goes back to the driver (xs_vmm_cache_release with keep 0). */
 int xs_vmm_forget_unseen(xs_vmm_t *v);
+/* A new start (xseg_empty_cache with nothing live, pool/alloc.c): the
+ * device is judged afresh, as at first use.  What others hold is looked
+ * at again, and pacing starts off, with the probe interval of a first
+ * episode: the next workload turns it on only if its own creates wait.
+ * Left on, pacing that the last workload's teardown turned on made the
+ * next workload's handles otherwise than a fresh process would (pages in
+ * place of chunks while it slept), and through PyTorch under a filler,
+ * replays that followed a replay that fitted failed at budgets where a
+ * fresh process fits (docs/benchmarks.md, "Pacing between workloads").
+ * The pace learned (ns per MiB) and the scrub under way are kept: they
+ * are the driver's. */
+void xs_vmm_new_start(xs_vmm_t *v);
 uint64_t xs_vmm_now(const xs_vmm_t *v);
 int xs_vmm_mem_info(xs_vmm_t *v, size_t *free_bytes, size_t *total);
 /* Can `peer` reach this device's memory?  0 and *can set, or an error. */
