@@ -256,9 +256,9 @@ int xs_vmm_forget_unseen(xs_vmm_t *v);
  * device is judged afresh, as at first use.  What others hold is looked
  * at again, and pacing starts off, with the probe interval of a first
  * episode: the next workload turns it on only if its own creates wait.
- * Left on, pacing that the last workload's teardown turned on made the
- * next workload's handles otherwise than a fresh process would (pages in
- * place of chunks while it slept), and through PyTorch under a filler,
+ * Left on, pacing that the last workload turned on made the next
+ * workload's handles otherwise than a fresh process would (pages in place
+ * of chunks while it slept), and through PyTorch under a filler,
  * replays that followed a replay that fitted failed at budgets where a
  * fresh process fits (docs/benchmarks.md, "Pacing between workloads").
  * The pace learned (ns per MiB) and the scrub under way are kept: they
