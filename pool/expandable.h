@@ -87,6 +87,19 @@
  * first passes up to 5 % more driver time (the results file lists 4-16:
  * benchmarks/results/host-2cpu-surplus-held.txt). */
 #define XS_SURPLUS_HELD_DIV 6
+/* ... and only of chunks of at most 1/XS_SURPLUS_CHUNK_DIV of the room,
+ * which bounds what one such pin made on the way up can strand at the
+ * peak.  Under a budget a few GiB in size this leaves no large chunk to
+ * pin this way (16 pages is the small chunks' limit): rmm_uniform failed
+ * just below its min budget with 48-52 MiB free in pinned chunks, pins
+ * made on its way up (H100, through PyTorch).  With the bound its
+ * stable min budget fell from 1.0105 to 1.0086 under a filler and from
+ * 1.0120 to 1.0081 under a cap (host), from 1.0108 to 1.0089 through
+ * PyTorch under a filler on an H100; no other trace moved, and with an
+ * H100's memory first passes made 1 % more modelled driver time
+ * (grow_then_split, llm_serving, mixed_streams; 1/160-1/224 gained less;
+ * benchmarks/results/host-2cpu-surplus-pin-size.txt). */
+#define XS_SURPLUS_CHUNK_DIV 256
 /* Turned-over workloads.  Once the program has handed out XS_TURNED times
  * its live peak (in all since its last new start, an empty_cache with
  * nothing live, as for XS_PACK_DIV: the peak starts again there, and a

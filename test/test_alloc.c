@@ -1387,14 +1387,15 @@ XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
  * has settled (a settled one needs no surplus: settled_case below).  A
  * request over part of a large idle handle converts it while the device
- * holds no more than an eighth over the live peak; once it holds more (memory freed and
- * larger requests grown elsewhere), the request pins the handle instead,
- * with no driver call, within a budget of its own (small pins keep
- * theirs); beyond that budget it converts again; and when the pinning
- * blocks are freed every free page is reclaimable. */
+ * holds no more than an eighth over the live peak; once it holds more
+ * (memory freed and larger requests grown elsewhere), the request pins the
+ * handle instead, with no driver call, if the handle is at most 1/256 of
+ * the room (XS_SURPLUS_CHUNK_DIV) and within a budget of its own (small
+ * pins keep theirs); a larger handle, or one beyond the budget, converts;
+ * and when the pinning blocks are freed every free page is reclaimable. */
 XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
   /* No surplus: 42 MiB held for a live peak of 42 MiB. */
-  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0); /* each pin budget: 64 MiB */
+  XT_REQUIRE(t_init("host_capacity_mb:12288") == 0); /* each pin budget: 96 MiB; a surplus pin at most 48 */
   char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
   XT_REQUIRE(x && f1);
   XT_CHECK_EQ(xseg_free(x), 0);
@@ -1408,47 +1409,72 @@ XT_TEST(large_idle_handles_are_pinned_only_over_a_surplus) {
   XT_CHECK_EQ(xseg_free(f1), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 
-  /* A surplus: 136 MiB held for a live peak of 96 MiB. */
-  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+  /* A surplus: 422 MiB held for a live peak of 242 MiB.  Three handles of
+   * 20 pages (x, w, u), one of 30 (v) and one of 16 (s), each kept apart
+   * by a live page; all but s freed, and 200 MiB grown beside them. */
+  XT_REQUIRE(t_init("host_capacity_mb:12288") == 0);
   x = xseg_malloc(40 * MiB, 0, NULL);
   f1 = xseg_malloc(2 * MiB, 0, NULL);
-  char *s = xseg_malloc(32 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1 && s && f2);
+  char *w = xseg_malloc(40 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
+  char *u = xseg_malloc(40 * MiB, 0, NULL), *f3 = xseg_malloc(2 * MiB, 0, NULL);
+  char *v = xseg_malloc(60 * MiB, 0, NULL), *f4 = xseg_malloc(2 * MiB, 0, NULL);
+  char *s = xseg_malloc(32 * MiB, 0, NULL), *f5 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && w && f2 && u && f3 && v && f4 && s && f5);
   XT_CHECK_EQ(xseg_free(x), 0);
-  char *y = xseg_malloc(60 * MiB, 0, NULL); /* grows: x is too small */
-  XT_REQUIRE(y);
-  XT_CHECK_EQ(xseg_free(y), 0);
-  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 136 * MiB);
+  XT_CHECK_EQ(xseg_free(w), 0);
+  XT_CHECK_EQ(xseg_free(u), 0);
+  XT_CHECK_EQ(xseg_free(v), 0);
+  char *g = xseg_malloc(200 * MiB, 0, NULL); /* grows: nothing free is large enough */
+  XT_REQUIRE(g);
+  XT_CHECK_EQ(xseg_free(g), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 422 * MiB);
   conv = t_stat(0, "num_conversions");
   long long creates = t_stat(0, "num_device_alloc");
-  char *q = alloc_in(20 * MiB, x, 40 * MiB, 4);
-  XT_REQUIRE(q);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "over a surplus the 20-page handle was converted, not pinned");
-  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
-  /* y's 30-page handle would take surplus pins to 100 MiB: converted. */
-  char *r = alloc_in(44 * MiB, y, 60 * MiB, 5);
+  /* v's 30-page handle is over 1/256 of the room: converted, though the
+   * budget has room for it. */
+  char *r = alloc_in(44 * MiB, v, 60 * MiB, 5);
   XT_REQUIRE(r);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a surplus pin went beyond its budget");
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a surplus pin took a handle over 1/256 of the room");
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  creates = t_stat(0, "num_device_alloc");
+  /* Requests of 12 pages pin two of the 20-page handles (80 MiB of the
+   * 96), with no driver call; the third would pass the budget: converted. */
+  char *q1 = xseg_malloc(24 * MiB, 0, NULL), *q2 = xseg_malloc(24 * MiB, 0, NULL);
+  XT_REQUIRE(q1 && q2);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "over a surplus a 20-page handle was converted, not pinned");
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 32 * MiB);
+  char *q3 = xseg_malloc(24 * MiB, 0, NULL);
+  XT_REQUIRE(q3);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 2, "a surplus pin went beyond its budget");
   /* The small pins' budget is not the surplus one: s's 16-page handle is
-   * still pinned (40 + 32 MiB would exceed one budget of 64). */
+   * still pinned (80 + 32 MiB would pass one budget of 96). */
   XT_CHECK_EQ(xseg_free(s), 0);
   char *t = alloc_in(26 * MiB, s, 32 * MiB, 6);
   XT_REQUIRE(t);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a small pin was refused for the surplus pins' bytes");
-  XT_CHECK(t_verify(q, 20 * MiB, 4));
-  T_CHECK_HEAP();
-  /* The pins end with q and t: all but the 48 MiB live is reachable. */
-  XT_CHECK_EQ(xseg_free(q), 0);
-  XT_CHECK(t_verify(t, 26 * MiB, 6));
-  XT_CHECK_EQ(xseg_free(t), 0);
-  char *big = xseg_malloc((8192 - 48) * MiB, 0, NULL);
-  XT_CHECK_MSG(big != NULL, "8144 MiB beside 48 MiB live on an 8192 MiB device: %s", xseg_last_error());
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 2, "a small pin was refused for the surplus pins' bytes");
+  t_fill(q1, 24 * MiB, 7);
+  t_fill(q2, 24 * MiB, 8);
+  t_fill(q3, 24 * MiB, 9);
   XT_CHECK(t_verify(r, 44 * MiB, 5));
+  T_CHECK_HEAP();
+  /* The pins end with q1, q2 and t: all but the 78 MiB live is reachable. */
+  XT_CHECK(t_verify(q1, 24 * MiB, 7));
+  XT_CHECK(t_verify(q2, 24 * MiB, 8));
+  XT_CHECK(t_verify(t, 26 * MiB, 6));
+  XT_CHECK_EQ(xseg_free(q1), 0);
+  XT_CHECK_EQ(xseg_free(q2), 0);
+  XT_CHECK_EQ(xseg_free(t), 0);
+  char *big = xseg_malloc((12288 - 78) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "12210 MiB beside 78 MiB live on a 12288 MiB device: %s", xseg_last_error());
+  XT_CHECK(t_verify(r, 44 * MiB, 5));
+  XT_CHECK(t_verify(q3, 24 * MiB, 9));
   T_CHECK_HEAP();
   if (big) XT_CHECK_EQ(xseg_free(big), 0);
   XT_CHECK_EQ(xseg_free(r), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
-  XT_CHECK_EQ(xseg_free(f2), 0);
+  XT_CHECK_EQ(xseg_free(q3), 0);
+  char *fs[] = {f1, f2, f3, f4, f5};
+  for (int i = 0; i < 5; i++) XT_CHECK_EQ(xseg_free(fs[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
@@ -1487,73 +1513,79 @@ XT_TEST(surplus_pins_stop_beyond_a_sixth_of_the_room) {
 
 /* Turned-over workloads (pool/expandable.h, XS_TURNED): once the program
  * has handed out eight times its live peak, surplus pins may fill 1/32 of
- * the room instead of 1/128.  The second case of the test above, after
- * small requests that handed out 1,700 MiB at a live peak of 1 MiB: q pins
- * x's 20-page handle as before, and now r pins y's 30-page handle too
- * (100 MiB of a 256 MiB budget), where before the turns it was converted.
- * The peak rose with y just before, so the workload has not settled: the
- * larger budget is the turned one. */
+ * the room instead of 1/128.  After small requests that handed out 1,700
+ * MiB at a live peak of 1 MiB, a surplus like the one of the test above
+ * (166 MiB held for a live peak of 118): two requests pin two 20-page
+ * handles and a third pins a 23-page one (126 MiB of a 384 MiB budget),
+ * where before the turns the third was converted (96 MiB).  The peak rose
+ * just before, so the workload has not settled: the larger budget is the
+ * turned one. */
+static void turned_layout(char **x, char **w, char **y, char **s, char **f) {
+  *x = xseg_malloc(40 * MiB, 0, NULL);
+  f[0] = xseg_malloc(2 * MiB, 0, NULL);
+  *w = xseg_malloc(40 * MiB, 0, NULL);
+  f[1] = xseg_malloc(2 * MiB, 0, NULL);
+  *s = xseg_malloc(32 * MiB, 0, NULL);
+  f[2] = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(*x && f[0] && *w && f[1] && *s && f[2]);
+  XT_CHECK_EQ(xseg_free(*x), 0);
+  XT_CHECK_EQ(xseg_free(*w), 0);
+  *y = xseg_malloc(46 * MiB, 0, NULL); /* grows: x and w are too small */
+  XT_REQUIRE(*y);
+  XT_CHECK_EQ(xseg_free(*y), 0);
+}
+
 XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
-  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+  XT_REQUIRE(t_init("host_capacity_mb:12288") == 0);
   for (int i = 0; i < 1700; i++) {
     char *c = xseg_malloc(MiB, 0, NULL); /* small pool: the large pool stays empty */
     XT_REQUIRE(c);
     XT_CHECK_EQ(xseg_free(c), 0);
   }
-  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
-  char *s = xseg_malloc(32 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1 && s && f2);
-  XT_CHECK_EQ(xseg_free(x), 0);
-  char *y = xseg_malloc(60 * MiB, 0, NULL); /* grows; the live peak, 96 MiB, rises here */
-  XT_REQUIRE(y);
-  XT_CHECK_EQ(xseg_free(y), 0);
-  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 138 * MiB); /* and the small pool's page */
+  char *x, *w, *y, *s, *f[3];
+  turned_layout(&x, &w, &y, &s, f);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 166 * MiB); /* and the small pool's page */
   long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
-  char *q = alloc_in(20 * MiB, x, 40 * MiB, 4);
-  XT_REQUIRE(q);
-  char *r = alloc_in(44 * MiB, y, 60 * MiB, 5);
-  XT_REQUIRE(r);
+  char *q1 = alloc_in(24 * MiB, x, 40 * MiB, 4);
+  char *q2 = alloc_in(24 * MiB, w, 40 * MiB, 5);
+  char *r = alloc_in(44 * MiB, y, 46 * MiB, 6);
+  XT_REQUIRE(q1 && q2 && r);
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv,
                "a turned-over workload converted a handle within 1/32 of the room");
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   T_CHECK_HEAP();
-  /* The pins end with q and r: everything but the 36 MiB live is reachable. */
-  XT_CHECK(t_verify(q, 20 * MiB, 4));
-  XT_CHECK(t_verify(r, 44 * MiB, 5));
-  XT_CHECK_EQ(xseg_free(q), 0);
+  /* The pins end with q1, q2 and r: everything but the 38 MiB live is reachable. */
+  XT_CHECK(t_verify(q1, 24 * MiB, 4));
+  XT_CHECK(t_verify(q2, 24 * MiB, 5));
+  XT_CHECK(t_verify(r, 44 * MiB, 6));
+  XT_CHECK_EQ(xseg_free(q1), 0);
+  XT_CHECK_EQ(xseg_free(q2), 0);
   XT_CHECK_EQ(xseg_free(r), 0);
-  char *big = xseg_malloc((8192 - 36) * MiB, 0, NULL);
-  XT_CHECK_MSG(big != NULL, "8156 MiB beside 36 MiB live on an 8192 MiB device: %s", xseg_last_error());
+  char *big = xseg_malloc((12288 - 38) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "12250 MiB beside 38 MiB live on a 12288 MiB device: %s", xseg_last_error());
   T_CHECK_HEAP();
   if (big) XT_CHECK_EQ(xseg_free(big), 0);
   XT_CHECK_EQ(xseg_free(s), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
-  XT_CHECK_EQ(xseg_free(f2), 0);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
   /* Emptied with nothing live, the device starts again, and the turns
    * count from there: the same layout made again, r's handle is converted
    * as before any turn (a process replaying one workload after another). */
   XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  x = xseg_malloc(40 * MiB, 0, NULL);
-  f1 = xseg_malloc(2 * MiB, 0, NULL);
-  s = xseg_malloc(32 * MiB, 0, NULL);
-  f2 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1 && s && f2);
-  XT_CHECK_EQ(xseg_free(x), 0);
-  y = xseg_malloc(60 * MiB, 0, NULL);
-  XT_REQUIRE(y);
-  XT_CHECK_EQ(xseg_free(y), 0);
+  turned_layout(&x, &w, &y, &s, f);
   conv = t_stat(0, "num_conversions");
-  q = alloc_in(20 * MiB, x, 40 * MiB, 4);
-  XT_REQUIRE(q);
-  r = alloc_in(44 * MiB, y, 60 * MiB, 5);
+  q1 = alloc_in(24 * MiB, x, 40 * MiB, 4);
+  q2 = alloc_in(24 * MiB, w, 40 * MiB, 5);
+  XT_REQUIRE(q1 && q2);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  r = alloc_in(44 * MiB, y, 46 * MiB, 6);
   XT_REQUIRE(r);
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "turns counted from before a new start");
   T_CHECK_HEAP();
-  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(q1), 0);
+  XT_CHECK_EQ(xseg_free(q2), 0);
   XT_CHECK_EQ(xseg_free(r), 0);
   XT_CHECK_EQ(xseg_free(s), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
-  XT_CHECK_EQ(xseg_free(f2), 0);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
