@@ -88,13 +88,13 @@
  * benchmarks/results/host-2cpu-surplus-held.txt). */
 #define XS_SURPLUS_HELD_DIV 6
 /* ... and only of chunks of at most 1/XS_SURPLUS_CHUNK_DIV of the room
- * (half the surplus budget), since such a pin made on the way up lives on
- * to the peak.  Under a budget a few GiB in size this leaves no large
- * chunk to pin this way (16 pages is the small chunks' limit); bounding
- * instead the free part a pin leaves, to the same 1/256, gained nothing
- * (rmm_uniform 1.0108 under a filler, host).  rmm_uniform failed
- * just below its min budget with 48-52 MiB free in pinned chunks, pins
- * made on its way up (H100, through PyTorch).  With the bound its
+ * (half the surplus budget before XS_TURNED), since such a pin made on
+ * the way up lives on to the peak.  Under a budget a few GiB in size this
+ * leaves no large chunk to pin this way (16 pages is the small chunks'
+ * limit); bounding instead the free part a pin leaves, to the same 1/256,
+ * gained nothing (rmm_uniform 1.0108 under a filler, host).  rmm_uniform
+ * failed just below its min budget with 48-52 MiB free in pinned chunks,
+ * pins made on its way up (H100, through PyTorch).  With the bound its
  * stable min budget fell from 1.0105 to 1.0086 under a filler and from
  * 1.0120 to 1.0081 under a cap (host), from 1.0108 to 1.0089 through
  * PyTorch under a filler on an H100; no other trace moved, and with an
