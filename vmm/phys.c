@@ -80,8 +80,7 @@ int xs_vmm_init(xs_vmm_t *v, xs_backend_t *be, int dev, double fraction, size_t 
   snprintf(v->name, sizeof v->name, "%s", info.name);
   v->limit = cap_of(v, fraction, max_bytes);
   v->scrub_ns_per_mib = XS_VMM_SCRUB_NS_PER_MIB;
-  v->probe_every = XS_VMM_PACE_PROBE;
-  xs_vmm_look(v);
+  xs_vmm_new_start(v); /* unpaced, and the device looked at */
   if (peer_access) {
     int n = 0;
     if (be->device_count(be, &n) == 0) {
