@@ -734,6 +734,17 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
          (peak_held(d) && peak + c->size + room / XS_ROOMY_DIV <= room);
 }
 
+/* May a block pin large idle chunk c, charged to the early budget: while
+ * the device holds at most 1/XS_EARLY_HELD_DIV of the room, for a chunk of
+ * at most 1/XS_EARLY_CHUNK_DIV of it, within 1/XS_EARLY_PIN_DIV of it
+ * (expandable.h).  Holding so little of the room, the device is not
+ * tight. */
+static int may_pin_early(const xs_device_t *d, const xs_chunk_t *c) {
+  const size_t room = xs_vmm_room(&d->vmm);
+  return holds_at_most(d, XS_EARLY_HELD_DIV) && c->size <= room / XS_EARLY_CHUNK_DIV &&
+         d->pinned[XS_PINS_EARLY] + c->size <= room / XS_EARLY_PIN_DIV;
+}
+
 /* May a request of `size` bytes take fresh memory rather than wait for
  * the GPU to finish with a chunk it would convert: on a device with room
  * to spare, only while the device then holds little more than the live
@@ -940,7 +951,9 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * device a second one; no driver call; its free pages stay usable in
  * place, and reclaimable once no block in it lives); else, while the
  * device holds well over the live peak, pin c whatever its size within
- * the surplus budget (may_pin_surplus); else, while the device is roomy
+ * the surplus budget (may_pin_surplus); else, early in a run, while the
+ * device holds a small part of the room, pin c if it is a small part of
+ * it too (may_pin_early); else, while the device is roomy
  * and holds little more than the live peak (grow_instead, XS_ROOMY_DIV
  * and XS_SLACK_DIV), or near the room at the peak of a workload that
  * fills half of it (XS_NEAR_ROOM_MIN), take fresh memory (one or two
@@ -956,6 +969,8 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
     budget = idle_pin_budget(d, c);
   else if (may_pin_surplus(d, c))
     budget = XS_PINS_SURPLUS;
+  else if (may_pin_early(d, c))
+    budget = XS_PINS_EARLY;
   if (budget >= 0) {
     f->pin = c;
     f->budget = budget;

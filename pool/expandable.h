@@ -102,6 +102,32 @@
  * (grow_then_split, llm_serving, mixed_streams; 1/160-1/224 gained less;
  * benchmarks/results/host-2cpu-surplus-pin-size.txt). */
 #define XS_SURPLUS_CHUNK_DIV 256
+/* Early pins.  While the device holds at most 1/XS_EARLY_HELD_DIV of the
+ * room, a large idle chunk of at most 1/XS_EARLY_CHUNK_DIV of the room
+ * that neither budget above takes may be pinned rather than converted,
+ * within a budget of its own of 1/XS_EARLY_PIN_DIV of the room
+ * (xs_device_t.pinned[XS_PINS_EARLY]).  A workload far smaller than the
+ * device stays in this phase, and there conversions (a release and up to
+ * five handles each) were most of a first pass's driver time, where
+ * PyTorch's default allocator carves its cached segments.  With an H100's
+ * memory (host backend, modelled H100 driver time) the fourteen first
+ * passes take 287 ms instead of 345 (grow_then_split 28.4 -> 15.3,
+ * logrand 15.8 -> 10.4, ResNet-50 26.0 -> 18.5, none slower); through
+ * PyTorch on an H100 grow_then_split made 892 first-pass driver calls
+ * instead of 1,736, logrand 528 instead of 887.  A run under a budget
+ * near its final peak passes through the phase on its way up, and a pin
+ * made there may live on to the peak: with chunks of up to 1/256 of the
+ * room, rmm_uniform through PyTorch under a filler failed at 1.0108 of
+ * its peak with 80 MiB free in such pins (it fits from 1.0089 without
+ * them), though the host backend saw no change.  Chunks of at most
+ * 1/1024 of the room are at most 16 pages, the small chunks that the
+ * budgets above decide, on any room under 32 GiB, so there the rule
+ * changes nothing; above it, host min budgets moved by at most +0.0003
+ * (torch_gpt2m_train), and through PyTorch on an H100 neither GPT-2
+ * training trace's (docs/benchmarks.md, "Early pins"). */
+#define XS_EARLY_HELD_DIV 8
+#define XS_EARLY_PIN_DIV 32
+#define XS_EARLY_CHUNK_DIV 1024
 /* Turned-over workloads.  Once the program has handed out XS_TURNED times
  * its live peak (in all since its last new start, an empty_cache with
  * nothing live, as for XS_PACK_DIV: the peak starts again there, and a

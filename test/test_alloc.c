@@ -1384,6 +1384,62 @@ XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Early pins (pool/expandable.h, XS_EARLY_*): on a device far larger than
+ * the work, a request over part of a large idle handle of at most 1/1024
+ * of the room pins it (no driver call) while the device holds at most an
+ * eighth of the room; a larger handle converts, and so does the same
+ * handle once the device holds more.  Below 32 GiB of room no large handle
+ * is that small: there the rule changes nothing (the surplus test above,
+ * on 12 GiB, converts a 20-page handle). */
+XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
+  XT_REQUIRE(t_init("host_capacity_mb:40960") == 0); /* early pins: handles <= 40 MiB, while <= 5 GiB held */
+  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *y = xseg_malloc(60 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && y && f2);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *p = alloc_in(10 * MiB, x, 40 * MiB, 3);
+  XT_REQUIRE(p);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a 20-page handle early on a 40 GiB device was converted");
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 30 * MiB);
+  /* y's 30 pages are over 1/1024 of the room: converted. */
+  char *q = alloc_in(50 * MiB, y, 60 * MiB, 4);
+  XT_REQUIRE(q);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "an early pin took a handle over 1/1024 of the room");
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(p, 10 * MiB, 3));
+  XT_CHECK(t_verify(q, 50 * MiB, 4));
+  XT_CHECK_EQ(xseg_free(p), 0);
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(f2), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+
+  /* The same handle with over an eighth of the room held (a 5,200 MiB
+   * block, freed, so that nothing grows instead): converted. */
+  XT_REQUIRE(t_init("host_capacity_mb:40960") == 0);
+  char *big = xseg_malloc(5200 * MiB, 0, NULL), *f0 = xseg_malloc(2 * MiB, 0, NULL);
+  x = xseg_malloc(40 * MiB, 0, NULL);
+  f1 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(big && f0 && x && f1);
+  XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  conv = t_stat(0, "num_conversions");
+  p = alloc_in(10 * MiB, x, 40 * MiB, 5);
+  XT_REQUIRE(p);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "an early pin was made with over an eighth of the room held");
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(p, 10 * MiB, 5));
+  XT_CHECK_EQ(xseg_free(p), 0);
+  XT_CHECK_EQ(xseg_free(f0), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
  * has settled (a settled one needs no surplus: settled_case below).  A
  * request over part of a large idle handle converts it while the device
@@ -1810,6 +1866,7 @@ int main(void) {
   XT_RUN(memory_the_driver_refused_is_not_asked_for_again);
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
+  XT_RUN(large_idle_handles_are_pinned_early_on_a_large_device);
   XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(a_settled_workload_pins_more);
