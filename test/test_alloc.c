@@ -460,6 +460,16 @@ static char *alloc_in(size_t n, const char *h, size_t span, int fill) {
   return p;
 }
 
+/* alloc_in, where the request is to pin the free handle it lands in (`what`,
+ * for the message): no conversion and no create. */
+static char *pinned_in(size_t n, const char *h, size_t span, int fill, const char *what) {
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *p = alloc_in(n, h, span, fill);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "%s was converted, not pinned", what);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  return p;
+}
+
 /* A block put in the free part of a pinned chunk would carry the pin on
  * after the block that made it is freed (pool/expandable.h, XS_GUEST_*):
  * a request whose best fit lies there goes to another free block up to
@@ -1206,15 +1216,12 @@ XT_TEST(small_idle_handles_are_pinned_within_the_budget) {
   char *x2 = xseg_malloc(14 * MiB, 0, NULL), *y2 = xseg_malloc(2 * MiB, 0, NULL);
   XT_REQUIRE(keep && x && y && x2 && y2);
   XT_CHECK_EQ(xseg_free(x), 0);
-  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
-  char *a = alloc_in(4 * MiB, x, 12 * MiB, 5);
+  char *a = pinned_in(4 * MiB, x, 12 * MiB, 5, "a small idle handle");
   XT_REQUIRE(a);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a small idle handle was converted, not pinned");
-  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   /* A second small handle would take pins to 26 MiB: not pinned.  (The 8
    * MiB left free in the first is too small for b.) */
   XT_CHECK_EQ(xseg_free(x2), 0);
-  conv = t_stat(0, "num_conversions");
+  long long conv = t_stat(0, "num_conversions");
   char *b = xseg_malloc(10 * MiB, 0, NULL);
   XT_REQUIRE(b);
   t_fill(b, 10 * MiB, 6);
@@ -1398,11 +1405,9 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_REQUIRE(x && f1 && y && f2);
   XT_CHECK_EQ(xseg_free(x), 0);
   XT_CHECK_EQ(xseg_free(y), 0);
-  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
-  char *p = alloc_in(10 * MiB, x, 40 * MiB, 3);
+  long long conv = t_stat(0, "num_conversions");
+  char *p = pinned_in(10 * MiB, x, 40 * MiB, 3, "a 20-page handle early on a 40 GiB device");
   XT_REQUIRE(p);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv, "a 20-page handle early on a 40 GiB device was converted");
-  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 30 * MiB);
   /* y's 30 pages are over 1/1024 of the room: converted. */
   char *q = alloc_in(50 * MiB, y, 60 * MiB, 4);
