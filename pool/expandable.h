@@ -104,7 +104,7 @@
 #define XS_SURPLUS_CHUNK_DIV 256
 /* Early pins.  While the device holds at most 1/XS_EARLY_HELD_DIV of the
  * room, a large idle chunk of at most 1/XS_EARLY_CHUNK_DIV of the room
- * that neither budget above takes may be pinned rather than converted,
+ * that no budget above takes may be pinned rather than converted,
  * within a budget of its own of 1/XS_EARLY_PIN_DIV of the room
  * (xs_device_t.pinned[XS_PINS_EARLY]).  A workload far smaller than the
  * device stays in this phase, and there conversions (a release and up to
