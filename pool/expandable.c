@@ -969,8 +969,15 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
     budget = idle_pin_budget(d, c);
   else if (may_pin_surplus(d, c))
     budget = XS_PINS_SURPLUS;
-  else if (may_pin_early(d, c))
-    budget = XS_PINS_EARLY;
+  else if (may_pin_early(d, c)) {
+    /* Such a pin may outlive the phase, so it is judged on a fresh look at
+     * the device: others may have taken memory since the last one (an
+     * allocation outside xseg made after its last create: the room
+     * looked eight times its size, and pins made on it lived on to the
+     * peak; docs/benchmarks.md, "Early pins"). */
+    if (d->vmm.unlooked) xs_vmm_look(&d->vmm);
+    if (may_pin_early(d, c)) budget = XS_PINS_EARLY;
+  }
   if (budget >= 0) {
     f->pin = c;
     f->budget = budget;

@@ -116,15 +116,17 @@
  * PyTorch on an H100 grow_then_split made 892 first-pass driver calls
  * instead of 1,736, logrand 528 instead of 887.  A run under a budget
  * near its final peak passes through the phase on its way up, and a pin
- * made there may live on to the peak: with chunks of up to 1/256 of the
- * room, rmm_uniform through PyTorch under a filler failed at 1.0108 of
- * its peak with 80 MiB free in such pins (it fits from 1.0089 without
- * them), though the host backend saw no change.  Chunks of at most
- * 1/1024 of the room are at most 16 pages, the small chunks that the
- * budgets above decide, on any room under 32 GiB, so there the rule
- * changes nothing; above it, host min budgets moved by at most +0.0003
- * (torch_gpt2m_train), and through PyTorch on an H100 neither GPT-2
- * training trace's (docs/benchmarks.md, "Early pins"). */
+ * made there may live on to the peak.  Chunks of at most 1/1024 of the
+ * room are at most 16 pages, the small chunks that the budgets above
+ * decide, on any room under 32 GiB, so there the rule changes nothing;
+ * above it, host min budgets moved by at most +0.0003 (torch_gpt2m_train),
+ * and through PyTorch on an H100 neither GPT-2 training trace's.  The room
+ * is judged on a fresh look at the device (avoid_conversion): with chunks
+ * of up to 1/256 of it and the last look's room, rmm_uniform through
+ * PyTorch under a filler failed at 1.0108 of its peak with 80 MiB free in
+ * such pins (it fits from 1.0089 without them), because the filler came
+ * after xseg's last look and the room looked 79 GiB for the first creates
+ * (docs/benchmarks.md, "Early pins"). */
 #define XS_EARLY_HELD_DIV 8
 #define XS_EARLY_PIN_DIV 32
 #define XS_EARLY_CHUNK_DIV 1024

@@ -1443,6 +1443,27 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_CHECK_EQ(xseg_free(f0), 0);
   XT_CHECK_EQ(xseg_free(f1), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
+
+  /* 36 GiB taken outside xseg since its last look: the pin is judged on a
+   * fresh look, whose room of 4 GiB has no large chunk small enough. */
+  XT_REQUIRE(t_init("host_capacity_mb:40960") == 0);
+  xs_backend_t *be = t_backend();
+  x = xseg_malloc(40 * MiB, 0, NULL);
+  f1 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  uintptr_t other = 0;
+  XT_REQUIRE(be->mem_alloc(be, 0, 36864 * MiB, &other) == 0);
+  conv = t_stat(0, "num_conversions");
+  p = alloc_in(10 * MiB, x, 40 * MiB, 6);
+  XT_REQUIRE(p);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "an early pin was judged on a stale look at the device");
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(p, 10 * MiB, 6));
+  XT_CHECK_EQ(xseg_free(p), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(be->mem_free(be, 0, other, 36864 * MiB), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
