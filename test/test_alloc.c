@@ -1397,7 +1397,9 @@ XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
  * eighth of the room; a larger handle converts, and so does the same
  * handle once the device holds more.  Below 32 GiB of room no large handle
  * is that small: there the rule changes nothing (the surplus test below,
- * on 12 GiB, converts a 20-page handle). */
+ * on 12 GiB, converts a 20-page handle).  And the room is judged on a
+ * fresh look at the device: memory taken outside xseg since its last look
+ * counts. */
 XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_REQUIRE(t_init("host_capacity_mb:40960") == 0); /* early pins: handles <= 40 MiB, while <= 5 GiB held */
   char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
