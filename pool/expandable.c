@@ -755,6 +755,29 @@ static int may_grow_ahead(const xs_device_t *d, size_t size) {
   return xs_vmm_room(&d->vmm) / XS_AHEAD_ROOM <= peak || d->vmm.held + need <= peak + peak / XS_AHEAD_DIV;
 }
 
+/* A pin outlives the moment it is made, and every pin budget is a share of
+ * the room, so a pin about to be made is judged again on a fresh look at
+ * the device if xseg has created since its last one: others may have taken
+ * memory meanwhile.  An allocation outside xseg made after its last look
+ * (a filler set up after empty_cache) let pins be made on a room eight
+ * times the real one, and they lived on to the peak (docs/benchmarks.md,
+ * "Early pins").  1: looked (judge again), 0: the last look stands.  A
+ * look costs about 6 us, a conversion saved some 100. */
+static int fresh_look(xs_device_t *d) {
+  if (!d->vmm.unlooked) return 0;
+  xs_vmm_look(&d->vmm);
+  return 1;
+}
+
+/* Which budget a large idle chunk c that a request covers in part may be
+ * pinned in instead of being converted (avoid_conversion), or -1. */
+static int idle_pin_budget_of(const xs_device_t *d, const xs_chunk_t *c) {
+  if (small_chunk(c->size, d->vmm.gran)) return idle_pin_budget(d, c);
+  if (may_pin_surplus(d, c)) return XS_PINS_SURPLUS;
+  if (may_pin_early(d, c)) return XS_PINS_EARLY;
+  return -1;
+}
+
 /* The request would pin large chunk c, whose stream the GPU may still be
  * using, and unmapping c would mean waiting.  Carving the block over it
  * anyway (a pin) costs nothing now, but the chunk's free pages stay stuck
@@ -764,7 +787,7 @@ static int may_grow_ahead(const xs_device_t *d, size_t size) {
  * replaced, 1), else -1: what was found is stale, look again ready to
  * wait.  0: wait and convert. */
 static int pin_or_grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_chunk_t *c, int try_grow, xs_fit_t *f) {
-  if (may_pin(d, c)) {
+  if (may_pin(d, c) && (!fresh_look(d) || may_pin(d, c))) {
     f->pin = c;
     return 1;
   }
@@ -964,20 +987,8 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
                             xs_fit_t *f) {
   if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, f);
   if (whole_chunk_fit(d, p, size, SIZE_MAX, first, f)) return 1;
-  int budget = -1;
-  if (small_chunk(c->size, d->vmm.gran))
-    budget = idle_pin_budget(d, c);
-  else if (may_pin_surplus(d, c))
-    budget = XS_PINS_SURPLUS;
-  else if (may_pin_early(d, c)) {
-    /* Such a pin may outlive the phase, so it is judged on a fresh look at
-     * the device: others may have taken memory since the last one (an
-     * allocation outside xseg made after its last create: the room
-     * looked eight times its size, and pins made on it lived on to the
-     * peak; docs/benchmarks.md, "Early pins"). */
-    if (d->vmm.unlooked) xs_vmm_look(&d->vmm);
-    if (may_pin_early(d, c)) budget = XS_PINS_EARLY;
-  }
+  int budget = idle_pin_budget_of(d, c);
+  if (budget >= 0 && fresh_look(d)) budget = idle_pin_budget_of(d, c);
   if (budget >= 0) {
     f->pin = c;
     f->budget = budget;

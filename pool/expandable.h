@@ -121,7 +121,8 @@
  * decide, on any room under 32 GiB, so there the rule changes nothing;
  * above it, host min budgets moved by at most +0.0003 (torch_gpt2m_train),
  * and through PyTorch on an H100 neither GPT-2 training trace's.  The room
- * is judged on a fresh look at the device (avoid_conversion): with chunks
+ * is judged on a fresh look at the device, as for every pin (fresh_look in
+ * expandable.c): with chunks
  * of up to 1/256 of it and the last look's room, rmm_uniform through
  * PyTorch under a filler failed at 1.0108 of its peak with 80 MiB free in
  * such pins (it fits from 1.0089 without them), because the filler came
