@@ -734,14 +734,18 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
          (peak_held(d) && peak + c->size + room / XS_ROOMY_DIV <= room);
 }
 
-/* May a block pin large idle chunk c, charged to the early budget: while
- * the device holds at most 1/XS_EARLY_HELD_DIV of the room, for a chunk of
- * at most 1/XS_EARLY_CHUNK_DIV of it, within 1/XS_EARLY_PIN_DIV of it
- * (expandable.h).  Holding so little of the room, the device is not
- * tight. */
-static int may_pin_early(const xs_device_t *d, const xs_chunk_t *c) {
+/* May a block pin large idle chunk c, charged to the early budget, where
+ * `uncovered` bytes of c lie outside the block: while the device holds at
+ * most 1/XS_EARLY_HELD_DIV of the room, for a chunk of at most
+ * 1/XS_EARLY_CHUNK_DIV of it, or of at most 1/XS_EARLY_WIDE_DIV of it
+ * that the block leaves at most 1/XS_EARLY_CHUNK_DIV of uncovered, within
+ * 1/XS_EARLY_PIN_DIV of it (expandable.h).  Holding so little of the
+ * room, the device is not tight. */
+static int may_pin_early(const xs_device_t *d, const xs_chunk_t *c, size_t uncovered) {
   const size_t room = xs_vmm_room(&d->vmm);
-  return holds_at_most(d, XS_EARLY_HELD_DIV) && c->size <= room / XS_EARLY_CHUNK_DIV &&
+  const int small = c->size <= room / XS_EARLY_CHUNK_DIV;
+  const int covered = c->size <= room / XS_EARLY_WIDE_DIV && uncovered <= room / XS_EARLY_CHUNK_DIV;
+  return holds_at_most(d, XS_EARLY_HELD_DIV) && (small || covered) &&
          d->pinned[XS_PINS_EARLY] + c->size <= room / XS_EARLY_PIN_DIV;
 }
 
@@ -769,12 +773,14 @@ static int fresh_look(xs_device_t *d) {
   return 1;
 }
 
-/* Which budget a large idle chunk c that a request covers in part may be
- * pinned in instead of being converted (avoid_conversion), or -1. */
-static int idle_pin_budget_of(const xs_device_t *d, const xs_chunk_t *c) {
+/* Which budget a large idle chunk c that a request at [a, a + n) covers
+ * in part may be pinned in instead of being converted (avoid_conversion),
+ * or -1. */
+static int idle_pin_budget_of(const xs_device_t *d, const xs_chunk_t *c, uintptr_t a, size_t n) {
   if (small_chunk(c->size, d->vmm.gran)) return idle_pin_budget(d, c);
   if (may_pin_surplus(d, c)) return XS_PINS_SURPLUS;
-  if (may_pin_early(d, c)) return XS_PINS_EARLY;
+  const uintptr_t lo = a > c->addr ? a : c->addr, hi = a + n < c->addr + c->size ? a + n : c->addr + c->size;
+  if (may_pin_early(d, c, c->size - (hi > lo ? hi - lo : 0))) return XS_PINS_EARLY;
   return -1;
 }
 
@@ -976,7 +982,8 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * device holds well over the live peak, pin c whatever its size within
  * the surplus budget (may_pin_surplus); else, early in a run, while the
  * device holds a small part of the room, pin c if it is a small part of
- * it too (may_pin_early); else, while the device is roomy
+ * it too, or if the request leaves a small part of it uncovered
+ * (may_pin_early); else, while the device is roomy
  * and holds little more than the live peak (grow_instead, XS_ROOMY_DIV
  * and XS_SLACK_DIV), or near the room at the peak of a workload that
  * fills half of it (XS_NEAR_ROOM_MIN), take fresh memory (one or two
@@ -987,8 +994,8 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
                             xs_fit_t *f) {
   if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, f);
   if (whole_chunk_fit(d, p, size, SIZE_MAX, first, f)) return 1;
-  int budget = idle_pin_budget_of(d, c);
-  if (budget >= 0 && fresh_look(d)) budget = idle_pin_budget_of(d, c);
+  int budget = idle_pin_budget_of(d, c, f->addr, f->take);
+  if (budget >= 0 && fresh_look(d)) budget = idle_pin_budget_of(d, c, f->addr, f->take);
   if (budget >= 0) {
     f->pin = c;
     f->budget = budget;

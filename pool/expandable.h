@@ -118,7 +118,8 @@
  * near its final peak passes through the phase on its way up, and a pin
  * made there may live on to the peak.  Chunks of at most 1/1024 of the
  * room are at most 16 pages, the small chunks that the budgets above
- * decide, on any room under 32 GiB, so there the rule changes nothing;
+ * decide, on any room under 32 GiB, so there this bound alone changes
+ * nothing (the wider one below can, from 8.5 GiB of room);
  * above it, host min budgets moved by at most +0.0003 (torch_gpt2m_train),
  * and through PyTorch on an H100 neither GPT-2 training trace's.  The room
  * is judged on a fresh look at the device, as for every pin (fresh_look in
@@ -131,6 +132,24 @@
 #define XS_EARLY_HELD_DIV 8
 #define XS_EARLY_PIN_DIV 32
 #define XS_EARLY_CHUNK_DIV 1024
+/* ... or of a chunk of at most 1/XS_EARLY_WIDE_DIV of the room of which
+ * the request leaves at most 1/XS_EARLY_CHUNK_DIV uncovered: what a pin
+ * strands for the block's life is the part it leaves, and a request that
+ * nearly fills a chunk strands little however large the chunk.  A random
+ * workload's conversions were mostly of such chunks: rmm_uniform's first
+ * pass converted forty chunks of 64-256 MiB, and with this rule (host
+ * backend, an H100's memory, modelled H100 driver time) takes 12.8 ms
+ * instead of 18.6, logrand 7.8 instead of 10.4, grow_then_split 14.6
+ * instead of 15.3, the fourteen first passes 279.3 instead of 287.4
+ * (llm_serving 11.8 instead of 10.3, none other slower); every host min
+ * budget within +0.0003 (torch_gpt2s_train under a cap).  Chunks of up to
+ * 1/256 of the room whatever they leave uncovered (the rule with this
+ * bound alone) took 278.4 ms but left torch_gpt2s_train at 1.0034 of its
+ * peak under a cap, 1.0029 before, and its first pass and GPT-2-medium's
+ * 6-8 % slower; leaving up to 1/1024 uncovered of a chunk of any size,
+ * the recorded ResNet-50 needed 1.0073 of its peak under a filler, 1.0018
+ * before (docs/benchmarks.md, "Early pins"). */
+#define XS_EARLY_WIDE_DIV 256
 /* Turned-over workloads.  Once the program has handed out XS_TURNED times
  * its live peak (in all since its last new start, an empty_cache with
  * nothing live, as for XS_PACK_DIV: the peak starts again there, and a

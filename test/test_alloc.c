@@ -1392,37 +1392,58 @@ XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
 }
 
 /* Early pins (pool/expandable.h, XS_EARLY_*): on a device far larger than
- * the work, a request over part of a large idle handle of at most 1/1024
- * of the room pins it (no driver call) while the device holds at most an
- * eighth of the room; a larger handle converts, and so does the same
- * handle once the device holds more.  Below 32 GiB of room no large handle
- * is that small: there the rule changes nothing (the surplus test below,
- * on 12 GiB, converts a 20-page handle).  And the room is judged on a
- * fresh look at the device: memory taken outside xseg since its last look
- * counts. */
+ * the work, a request over part of a large idle handle pins it (no driver
+ * call) while the device holds at most an eighth of the room, if the
+ * handle is at most 1/1024 of the room, or at most 1/256 of it with at
+ * most 1/1024 left uncovered; any other handle converts, and so does the
+ * same handle once the device holds more.  Below 32 GiB of room no large
+ * handle is that small, and only the second bound can apply (the surplus
+ * test below, on 12 GiB, converts a 20-page handle that a request leaves
+ * 15 pages of).  And the room is judged on a fresh look at the device:
+ * memory taken outside xseg since its last look counts. */
 XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
-  XT_REQUIRE(t_init("host_capacity_mb:40960") == 0); /* early pins: handles <= 40 MiB, while <= 5 GiB held */
+  /* Early pins: handles <= 40 MiB, or <= 160 MiB with <= 40 MiB left over, while <= 5 GiB held. */
+  XT_REQUIRE(t_init("host_capacity_mb:40960") == 0);
   char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
   char *y = xseg_malloc(60 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1 && y && f2);
+  char *z = xseg_malloc(100 * MiB, 0, NULL), *f3 = xseg_malloc(2 * MiB, 0, NULL);
+  char *w = xseg_malloc(200 * MiB, 0, NULL), *f4 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && y && f2 && z && f3 && w && f4);
   XT_CHECK_EQ(xseg_free(x), 0);
   XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(xseg_free(z), 0);
+  XT_CHECK_EQ(xseg_free(w), 0);
   long long conv = t_stat(0, "num_conversions");
   char *p = pinned_in(10 * MiB, x, 40 * MiB, 3, "a 20-page handle early on a 40 GiB device");
   XT_REQUIRE(p);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 30 * MiB);
-  /* y's 30 pages are over 1/1024 of the room: converted. */
-  char *q = alloc_in(50 * MiB, y, 60 * MiB, 4);
+  /* y's 30 pages are over 1/1024 of the room, but 50 MiB leaves 10 of them. */
+  char *q = pinned_in(50 * MiB, y, 60 * MiB, 4, "a 30-page handle left 10 MiB uncovered");
   XT_REQUIRE(q);
-  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "an early pin took a handle over 1/1024 of the room");
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 40 * MiB);
+  /* 50 MiB of z's 100 leaves 50 uncovered: converted. */
+  char *r = alloc_in(50 * MiB, z, 100 * MiB, 5);
+  XT_REQUIRE(r);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "an early pin left over 1/1024 of the room uncovered");
+  /* w's 100 pages are over 1/256 of the room, though 190 MiB leaves 10: converted. */
+  char *u = alloc_in(190 * MiB, w, 200 * MiB, 6);
+  XT_REQUIRE(u);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 2, "an early pin took a handle over 1/256 of the room");
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 40 * MiB);
   T_CHECK_HEAP();
   XT_CHECK(t_verify(p, 10 * MiB, 3));
   XT_CHECK(t_verify(q, 50 * MiB, 4));
+  XT_CHECK(t_verify(r, 50 * MiB, 5));
+  XT_CHECK(t_verify(u, 190 * MiB, 6));
   XT_CHECK_EQ(xseg_free(p), 0);
   XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_free(u), 0);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   XT_CHECK_EQ(xseg_free(f1), 0);
   XT_CHECK_EQ(xseg_free(f2), 0);
+  XT_CHECK_EQ(xseg_free(f3), 0);
+  XT_CHECK_EQ(xseg_free(f4), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 
   /* The same handle with over an eighth of the room held (a 5,200 MiB
@@ -1601,7 +1622,8 @@ XT_TEST(surplus_pins_stop_beyond_a_sixth_of_the_room) {
  * MiB at a live peak of 1 MiB, a surplus like the one of the test above
  * (166 MiB held for a live peak of 118): two requests pin two 20-page
  * handles and a third pins a 23-page one (126 MiB of a 384 MiB budget),
- * where before the turns the third was converted (96 MiB).  The peak rose
+ * where before the turns the third was converted (96 MiB; it leaves 16
+ * MiB of the handle uncovered, too much for an early pin).  The peak rose
  * just before, so the workload has not settled: the larger budget is the
  * turned one. */
 static void turned_layout(char **x, char **w, char **y, char **s, char **f) {
@@ -1632,7 +1654,7 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
   char *q1 = alloc_in(24 * MiB, x, 40 * MiB, 4);
   char *q2 = alloc_in(24 * MiB, w, 40 * MiB, 5);
-  char *r = alloc_in(44 * MiB, y, 46 * MiB, 6);
+  char *r = alloc_in(30 * MiB, y, 46 * MiB, 6);
   XT_REQUIRE(q1 && q2 && r);
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv,
                "a turned-over workload converted a handle within 1/32 of the room");
@@ -1641,7 +1663,7 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   /* The pins end with q1, q2 and r: everything but the 38 MiB live is reachable. */
   XT_CHECK(t_verify(q1, 24 * MiB, 4));
   XT_CHECK(t_verify(q2, 24 * MiB, 5));
-  XT_CHECK(t_verify(r, 44 * MiB, 6));
+  XT_CHECK(t_verify(r, 30 * MiB, 6));
   XT_CHECK_EQ(xseg_free(q1), 0);
   XT_CHECK_EQ(xseg_free(q2), 0);
   XT_CHECK_EQ(xseg_free(r), 0);
@@ -1661,7 +1683,7 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   q2 = alloc_in(24 * MiB, w, 40 * MiB, 5);
   XT_REQUIRE(q1 && q2);
   XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
-  r = alloc_in(44 * MiB, y, 46 * MiB, 6);
+  r = alloc_in(30 * MiB, y, 46 * MiB, 6);
   XT_REQUIRE(r);
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "turns counted from before a new start");
   T_CHECK_HEAP();
