@@ -8,7 +8,10 @@
 Each trace is replayed as torch.empty / drop on the event's stream twice:
 first from an empty allocator (torch.cuda.empty_cache() before it gives
 every cached byte back), then again with the cache as the first pass left
-it.  Prints microseconds per event for each pass (synchronised at the end),
+it.  --settle S waits S seconds after that empty_cache: the driver clears
+memory given back before it hands it out again, and creates made while it
+still does wait (one H100: the same 1,016 creates of a first pass took
+27-83 ms in back-to-back runs).  Prints microseconds per event for each pass (synchronised at the end),
 and, under xseg, the driver calls each pass made (xseg's counters).  The JSON
 rows also hold cpu_ref_us_1 and cpu_ref_us_2: a fixed piece of Python work
 timed around each pass, to tell a slow pass from a slow phase of the machine.
@@ -67,6 +70,9 @@ def replay(events, streams):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds to wait after emptying the cache before each first pass, so that the driver has "
+                         "cleared the memory the previous trace gave back (creates that need it wait otherwise)")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
     torch.cuda.init()
@@ -81,6 +87,8 @@ def main():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()  # after empty_cache: the peak is this trace's alone
+        if a.settle > 0:
+            time.sleep(a.settle)
         row = {"allocator": name, "trace": os.path.basename(path).rsplit(".", 1)[0], "events": len(events)}
         for k in (1, 2):
             c0 = counters()
