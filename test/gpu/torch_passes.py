@@ -11,8 +11,9 @@ every cached byte back), then again with the cache as the first pass left
 it.  --settle S waits S seconds after that empty_cache: the driver clears
 memory given back before it hands it out again, and creates made while it
 still does wait (one H100: the same 1,016 creates of a first pass took
-27-83 ms in back-to-back runs).  Prints microseconds per event for each pass (synchronised at the end),
-and, under xseg, the driver calls each pass made (xseg's counters).  The JSON
+27-83 ms in back-to-back runs).  Prints microseconds per event for each
+pass (synchronised at the end), and, under xseg, the driver calls each
+pass made (xseg's counters).  The JSON
 rows also hold cpu_ref_us_1 and cpu_ref_us_2: a fixed piece of Python work
 timed around each pass, to tell a slow pass from a slow phase of the machine.
 """
