@@ -470,6 +470,18 @@ static char *pinned_in(size_t n, const char *h, size_t span, int fill, const cha
   return p;
 }
 
+/* n handles of mb[i] MiB, each followed by a live 2 MiB page (sep[i]) so
+ * that no two merge or grow into one another; the handles are then freed
+ * (h[i] keeps where each lay), leaving n idle handles kept apart. */
+static void idle_handles_apart(int n, const size_t *mb, char **h, char **sep) {
+  for (int i = 0; i < n; i++) {
+    h[i] = xseg_malloc(mb[i] * MiB, 0, NULL);
+    sep[i] = xseg_malloc(2 * MiB, 0, NULL);
+    XT_REQUIRE(h[i] && sep[i]);
+  }
+  for (int i = 0; i < n; i++) XT_CHECK_EQ(xseg_free(h[i]), 0);
+}
+
 /* A block put in the free part of a pinned chunk would carry the pin on
  * after the block that made it is freed (pool/expandable.h, XS_GUEST_*):
  * a request whose best fit lies there goes to another free block up to
@@ -1404,15 +1416,10 @@ XT_TEST(a_full_device_is_refused_without_asking_the_driver_again) {
 XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   /* Early pins: handles <= 40 MiB, or <= 160 MiB with <= 40 MiB left over, while <= 5 GiB held. */
   XT_REQUIRE(t_init("host_capacity_mb:40960") == 0);
-  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
-  char *y = xseg_malloc(60 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
-  char *z = xseg_malloc(100 * MiB, 0, NULL), *f3 = xseg_malloc(2 * MiB, 0, NULL);
-  char *w = xseg_malloc(200 * MiB, 0, NULL), *f4 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1 && y && f2 && z && f3 && w && f4);
-  XT_CHECK_EQ(xseg_free(x), 0);
-  XT_CHECK_EQ(xseg_free(y), 0);
-  XT_CHECK_EQ(xseg_free(z), 0);
-  XT_CHECK_EQ(xseg_free(w), 0);
+  static const size_t mb[4] = {40, 60, 100, 200};
+  char *h[4], *sep[4];
+  idle_handles_apart(4, mb, h, sep);
+  char *x = h[0], *y = h[1], *z = h[2], *w = h[3];
   long long conv = t_stat(0, "num_conversions");
   char *p = pinned_in(10 * MiB, x, 40 * MiB, 3, "a 20-page handle early on a 40 GiB device");
   XT_REQUIRE(p);
@@ -1440,21 +1447,15 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_CHECK_EQ(xseg_free(r), 0);
   XT_CHECK_EQ(xseg_free(u), 0);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
-  XT_CHECK_EQ(xseg_free(f2), 0);
-  XT_CHECK_EQ(xseg_free(f3), 0);
-  XT_CHECK_EQ(xseg_free(f4), 0);
+  for (int i = 0; i < 4; i++) XT_CHECK_EQ(xseg_free(sep[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 
   /* The same handle with over an eighth of the room held (a 5,200 MiB
    * block, freed, so that nothing grows instead): converted. */
   XT_REQUIRE(t_init("host_capacity_mb:40960") == 0);
-  char *big = xseg_malloc(5200 * MiB, 0, NULL), *f0 = xseg_malloc(2 * MiB, 0, NULL);
-  x = xseg_malloc(40 * MiB, 0, NULL);
-  f1 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(big && f0 && x && f1);
-  XT_CHECK_EQ(xseg_free(big), 0);
-  XT_CHECK_EQ(xseg_free(x), 0);
+  static const size_t mb_held[2] = {5200, 40};
+  idle_handles_apart(2, mb_held, h, sep);
+  x = h[1];
   conv = t_stat(0, "num_conversions");
   p = alloc_in(10 * MiB, x, 40 * MiB, 5);
   XT_REQUIRE(p);
@@ -1463,18 +1464,15 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   T_CHECK_HEAP();
   XT_CHECK(t_verify(p, 10 * MiB, 5));
   XT_CHECK_EQ(xseg_free(p), 0);
-  XT_CHECK_EQ(xseg_free(f0), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
+  for (int i = 0; i < 2; i++) XT_CHECK_EQ(xseg_free(sep[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 
   /* 36 GiB taken outside xseg since its last look: the pin is judged on a
    * fresh look, whose room of 4 GiB has no large chunk small enough. */
   XT_REQUIRE(t_init("host_capacity_mb:40960") == 0);
   xs_backend_t *be = t_backend();
-  x = xseg_malloc(40 * MiB, 0, NULL);
-  f1 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1);
-  XT_CHECK_EQ(xseg_free(x), 0);
+  idle_handles_apart(1, mb, h, sep); /* one idle 40 MiB handle */
+  x = h[0];
   uintptr_t other = 0;
   XT_REQUIRE(be->mem_alloc(be, 0, 36864 * MiB, &other) == 0);
   conv = t_stat(0, "num_conversions");
@@ -1484,7 +1482,7 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   T_CHECK_HEAP();
   XT_CHECK(t_verify(p, 10 * MiB, 6));
   XT_CHECK_EQ(xseg_free(p), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(sep[0]), 0);
   XT_CHECK_EQ(be->mem_free(be, 0, other, 36864 * MiB), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
