@@ -1438,14 +1438,10 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 2, "an early pin took a handle over 1/256 of the room");
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 40 * MiB);
   T_CHECK_HEAP();
-  XT_CHECK(t_verify(p, 10 * MiB, 3));
-  XT_CHECK(t_verify(q, 50 * MiB, 4));
-  XT_CHECK(t_verify(r, 50 * MiB, 5));
-  XT_CHECK(t_verify(u, 190 * MiB, 6));
-  XT_CHECK_EQ(xseg_free(p), 0);
-  XT_CHECK_EQ(xseg_free(q), 0);
-  XT_CHECK_EQ(xseg_free(r), 0);
-  XT_CHECK_EQ(xseg_free(u), 0);
+  char *const blk[4] = {p, q, r, u};
+  static const size_t blk_mb[4] = {10, 50, 50, 190};
+  for (int i = 0; i < 4; i++) XT_CHECK(t_verify(blk[i], blk_mb[i] * MiB, 3 + (uint64_t)i));
+  for (int i = 0; i < 4; i++) XT_CHECK_EQ(xseg_free(blk[i]), 0);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   for (int i = 0; i < 4; i++) XT_CHECK_EQ(xseg_free(sep[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
