@@ -435,6 +435,7 @@ int xs_empty_cache(xs_device_t *d) {
     d->together = d->apart = 0;
     memset(d->no_fit, 0, sizeof d->no_fit);
     memset(d->searched, 0, sizeof d->searched);
+    memset(d->asked, 0, sizeof d->asked);
   }
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);

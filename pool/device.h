@@ -193,6 +193,12 @@ struct xs_device_s {
    * second search on (expandable.c); 8 KiB.  Both memos are cleared at a
    * new start (xs_empty_cache). */
   uint64_t searched[XS_SEARCHED_SLOTS];
+  /* Every large request's size, kept the same way: was a size asked for
+   * lately (a repeating workload) or is it new (random sizes)?  Where the
+   * workload has settled, a new size neither moves away from pinned chunks
+   * nor searches on past the first whole-chunk place (expandable.c,
+   * asked_lately); 8 KiB, cleared with the memos. */
+  uint64_t asked[XS_SEARCHED_SLOTS];
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
   int next_pool;               /* id of the next private pool - 1 */

@@ -710,6 +710,23 @@ static int settled(const xs_device_t *d) {
   return peak_held(d) && d->live_peak <= xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM && holds_at_most(d, XS_SETTLED_ROOM);
 }
 
+/* Was a large request of `size` bytes asked for lately?  Records it too:
+ * each size in a slot picked by a hash of it (size_slot), the latest
+ * winning, so a training step's sizes are seen again at the next step and
+ * random sizes almost never (d->asked).  Read before either search where
+ * the workload has settled: the move away from pinned chunks and the
+ * whole-chunk search's early stop. */
+static size_t size_slot(size_t size) {
+  return ((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_SEARCHED_SLOTS - 1);
+}
+
+static int asked_lately(xs_device_t *d, size_t size) {
+  uint64_t *slot = &d->asked[size_slot(size)];
+  const int seen = *slot == (uint64_t)size;
+  *slot = size;
+  return seen;
+}
+
 /* May a block pin large chunk c of any size, charged to the surplus
  * budget: while memory is plentiful, and either the workload has settled
  * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room), or the
@@ -832,8 +849,8 @@ static size_t fit_take(const xs_device_t *d, const xs_block_t *f, uintptr_t addr
  * not walked down again), and only so many blocks and chunks are looked
  * at, to bound the search.
  * Where the workload has settled (settled()) and the size was not asked
- * for lately (it has no memo: a random size), the first block that has a
- * place ends the search: there the walk on through later blocks for a
+ * for lately (`lately`: asked_lately, a random size), the first block that
+ * has a place ends the search: there the walk on through later blocks for a
  * closer fit was most of a warm pass's time (rmm_uniform: 10.7 blocks and
  * 28 chunk steps a search, 87 % of allocations searching), and a closer
  * fit for a size that does not come back keeps no chunk for a later self.
@@ -894,7 +911,7 @@ static uint64_t no_fit_key(const xs_device_t *d, const xs_block_t *f, size_t siz
   return h & ~(uint64_t)NO_FIT_STEPS;
 }
 
-static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t limit, xs_block_t *first,
+static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t limit, xs_block_t *first, int lately,
                            xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
@@ -903,10 +920,10 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t lim
    * reads nor writes it.  Random sizes, which rarely repeat, then skip a
    * hash and a likely cache miss per block; skipping the memo never
    * changes a decision. */
-  uint64_t *seen = &d->searched[((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_SEARCHED_SLOTS - 1)];
+  uint64_t *seen = &d->searched[size_slot(size)];
   const int use_memo = *seen == (uint64_t)size;
   *seen = size;
-  const int first_block = !use_memo && settled(d);
+  const int first_block = !lately && settled(d);
   size_t best = limit;
   int steps = 0;
   for (xs_block_t *f = first; f && steps < WHOLE_FIT_BLOCKS * 16; f = xs_tree_next(f)) {
@@ -990,10 +1007,10 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * handles) and leave c whole for a request of its own size.  1: *f holds
  * the new place; 0: convert after all; -1: a growth attempt failed and may
  * have moved pages, look again. */
-static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, xs_chunk_t *c, xs_block_t *first,
-                            xs_fit_t *f) {
-  if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, f);
-  if (whole_chunk_fit(d, p, size, SIZE_MAX, first, f)) return 1;
+static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, int lately, xs_chunk_t *c,
+                            xs_block_t *first, xs_fit_t *f) {
+  if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, lately, f);
+  if (whole_chunk_fit(d, p, size, SIZE_MAX, first, lately, f)) return 1;
   int budget = idle_pin_budget_of(d, c, f->addr, f->take);
   if (budget >= 0 && fresh_look(d)) budget = idle_pin_budget_of(d, c, f->addr, f->take);
   if (budget >= 0) {
@@ -1028,7 +1045,14 @@ static int inside_pinned(const xs_block_t *f) {
 
 /* The best fit *f lies in a pinned chunk: move it, if a place outside
  * every pinned chunk is among the next free blocks up in size (XS_GUEST_*
- * in expandable.h). */
+ * in expandable.h).  The caller skips this where the workload has settled
+ * and the size was not asked for lately (asked_lately): the rule of the
+ * whole-chunk search's early stop.  There, with room for twice the live
+ * peak, a guest of a pin strands nothing that is needed, and a size that
+ * does not come back leaves no layout for a later self; the walk up the
+ * free blocks was a fifth of a warm pass of rmm_uniform on the host, and
+ * what it found was most often replaced by the whole-chunk search's answer
+ * (docs/benchmarks.md, "Moving away from pins once settled"). */
 static void away_from_pins(const xs_device_t *d, size_t size, xs_fit_t *f) {
   int k = 0;
   for (xs_block_t *b = xs_tree_next(f->b); b && k < XS_GUEST_LOOK && b->size / XS_GUEST_SPAN <= size;
@@ -1077,6 +1101,7 @@ static int small_may_share(const xs_device_t *d) {
 
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
+  const int lately = p->cls == XS_LARGE && asked_lately(d, size);
   for (;;) {
     xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL, 0};
     xs_block_t *const first = f.b; /* the smallest free block that fits: where the whole-chunk search starts */
@@ -1091,7 +1116,8 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
     } else {
       f.addr = place(d, f.b, size);
       f.take = fit_take(d, f.b, f.addr, size);
-      if (p->cls == XS_LARGE && in_pinned(f.b, f.addr, f.take)) away_from_pins(d, size, &f);
+      if (p->cls == XS_LARGE && (lately || !settled(d)) && in_pinned(f.b, f.addr, f.take))
+        away_from_pins(d, size, &f);
     }
     if (xs_slab_reserve(&d->slab, 2) != 0) {
       xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
@@ -1105,7 +1131,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
      * sizing"). */
     xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
     if (c && !grown) {
-      int r = avoid_conversion(d, p, size, may_grow, c, first, &f);
+      int r = avoid_conversion(d, p, size, may_grow, lately, c, first, &f);
       if (r < 0) {
         may_grow = 0;
         continue;

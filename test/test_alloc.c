@@ -706,6 +706,68 @@ XT_TEST(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place) {
   first_place_case(0, 0); /* not settled: the closest place */
 }
 
+/* A size not asked for lately, on a settled device, stays where its best
+ * fit is even inside a pinned chunk; a size asked for before, or any size
+ * before the workload has settled, moves to a free block outside the pin
+ * (pool/expandable.c, asked_lately and away_from_pins).  On a 4 GiB
+ * device, free: A, 15 MiB in an 18 MiB handle that a live 3 MiB block
+ * pins (the best fit for 10 MiB), and B, 16 MiB in handles of 4, 6 and
+ * 6 MiB, whose first two a 10 MiB request covers exactly (made by
+ * requests of other sizes, so that 10 MiB is new). */
+static void stay_by_pin_case(int settle, int repeat) {
+  XT_REQUIRE(t_init("host_capacity_mb:4096") == 0);
+  char *x = xseg_malloc(18 * MiB, 0, NULL), *s0 = xseg_malloc(2 * MiB, 0, NULL);
+  char *b1 = xseg_malloc(4 * MiB, 0, NULL), *b2 = xseg_malloc(6 * MiB, 0, NULL);
+  char *b3 = xseg_malloc(6 * MiB, 0, NULL), *s1 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && s0 && b1 && b2 && b3 && s1);
+  XT_REQUIRE(s0 == x + 18 * MiB && b1 == s0 + 2 * MiB && b2 == b1 + 4 * MiB && b3 == b2 + 6 * MiB &&
+             s1 == b3 + 6 * MiB);
+  XT_CHECK_EQ(t_stat(0, "handles_live.current"), 6);
+  t_fill(s0, 2 * MiB, 1);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  char *pin = xseg_malloc(3 * MiB, 0, NULL); /* pins x's handle */
+  XT_REQUIRE(pin == x);
+  XT_CHECK_EQ(xseg_free(b1), 0);
+  XT_CHECK_EQ(xseg_free(b2), 0);
+  XT_CHECK_EQ(xseg_free(b3), 0);
+  /* Settle: more than twice the 38 MiB peak handed out in the small pool. */
+  for (int i = 0; settle && i < 140; i++) {
+    char *q = xseg_malloc(MiB, 0, NULL);
+    XT_REQUIRE(q);
+    XT_CHECK_EQ(xseg_free(q), 0);
+  }
+  long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
+  char *r = NULL;
+  for (int k = 0; k <= repeat; k++) {
+    if (r) XT_CHECK_EQ(xseg_free(r), 0);
+    r = xseg_malloc(10 * MiB, 0, NULL);
+    XT_REQUIRE(r);
+    t_fill(r, 10 * MiB, 2);
+  }
+  if (settle && !repeat)
+    XT_CHECK_MSG(r >= x + 3 * MiB && r + 10 * MiB <= x + 18 * MiB, "10 MiB (settled, new) at %+td from A, %+td from B",
+                 r - (x + 3 * MiB), r - b1);
+  else
+    XT_CHECK_MSG(r == b1, "10 MiB (settled %d, asked for before %d) at %+td from A, %+td from B", settle, repeat,
+                 r - (x + 3 * MiB), r - b1);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  XT_CHECK(t_verify(s0, 2 * MiB, 1) && t_verify(r, 10 * MiB, 2));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_free(pin), 0);
+  XT_CHECK_EQ(xseg_free(s0), 0);
+  XT_CHECK_EQ(xseg_free(s1), 0);
+  check_rest_reachable(4096 * MiB, "the whole device");
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(a_new_size_on_a_settled_device_stays_beside_a_pin) {
+  stay_by_pin_case(1, 0);
+  stay_by_pin_case(1, 1); /* asked for before: off the pin */
+  stay_by_pin_case(0, 0); /* not settled: off the pin */
+}
+
 /* Roomy idle pins (pool/expandable.h, XS_ROOMY_PIN_HELD_DIV): once the
  * shared pin budget (1/128 of the room: 32 MiB of 4 GiB) is spent, a small
  * idle handle that a request covers in part is still pinned, not made
@@ -1895,6 +1957,7 @@ int main(void) {
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(exact_handles_are_taken_instead_of_converting_under_pressure);
   XT_RUN(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place);
+  XT_RUN(a_new_size_on_a_settled_device_stays_beside_a_pin);
   XT_RUN(small_idle_handles_are_pinned_in_a_second_budget_on_a_roomy_device);
   XT_RUN(small_handles_convert_into_pages_far_from_the_limit);
   XT_RUN(small_handles_convert_into_pages_near_the_limit);
