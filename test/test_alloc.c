@@ -644,6 +644,46 @@ XT_TEST(exact_handles_are_taken_instead_of_converting_under_pressure) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Hands out and frees a MiB n times in the small pool: twice the live
+ * peak handed out settles a workload (pool/expandable.c, settled()). */
+static void settle_by_small_blocks(int n) {
+  for (int i = 0; i < n; i++) {
+    char *q = xseg_malloc(MiB, 0, NULL);
+    XT_REQUIRE(q);
+    XT_CHECK_EQ(xseg_free(q), 0);
+  }
+}
+
+/* Asks for `mb` MiB 1 + repeat times, freeing each answer but the last,
+ * which is filled with `pattern` and left in *out. */
+static void ask_repeatedly(size_t mb, int repeat, int pattern, char **out) {
+  char *r = NULL;
+  for (int k = 0; k <= repeat; k++) {
+    if (r) XT_CHECK_EQ(xseg_free(r), 0);
+    r = xseg_malloc(mb * MiB, 0, NULL);
+    XT_REQUIRE(r);
+    t_fill(r, mb * MiB, pattern);
+  }
+  *out = r;
+}
+
+/* The end of a placement case: no conversion and no handle made since
+ * `conv` and `creates` were read, the separator s0 (pattern 1) and the
+ * answer r (`mb` MiB, pattern 2) intact; then r, the pin and the
+ * separators freed, and the whole 4 GiB device reachable again. */
+static void placed_without_driver(long long conv, long long creates, char *r, size_t mb, char *pin,
+                                  char *const *seps, int nseps) {
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
+  XT_CHECK(t_verify(seps[0], 2 * MiB, 1) && t_verify(r, mb * MiB, 2));
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_free(r), 0);
+  XT_CHECK_EQ(xseg_free(pin), 0);
+  for (int i = 0; i < nseps; i++) XT_CHECK_EQ(xseg_free(seps[i]), 0);
+  check_rest_reachable(4096 * MiB, "the whole device");
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* The whole-chunk search for a size not asked for lately, on a device
  * whose workload has settled, ends at the first free block that has a
  * place; a size asked for before, or any size before the workload has
@@ -672,32 +712,15 @@ static void first_place_case(int settle, int repeat) {
   char *pin = xseg_malloc(3 * MiB, 0, NULL); /* pins x's handle: no whole-chunk place, 9 pages */
   XT_REQUIRE(pin == x);
   XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
-  /* Settle: twice the 66 MiB peak handed out in the small pool. */
-  for (int i = 0; settle && i < 140; i++) {
-    char *q = xseg_malloc(MiB, 0, NULL);
-    XT_REQUIRE(q);
-    XT_CHECK_EQ(xseg_free(q), 0);
-  }
+  if (settle) settle_by_small_blocks(140); /* twice the 66 MiB peak */
   long long creates = t_stat(0, "num_device_alloc");
   char *r = NULL;
-  for (int k = 0; k <= repeat; k++) {
-    if (r) XT_CHECK_EQ(xseg_free(r), 0);
-    r = xseg_malloc(9 * MiB, 0, NULL);
-    XT_REQUIRE(r);
-    t_fill(r, 9 * MiB, 2);
-  }
+  ask_repeatedly(9, repeat, 2, &r);
+  XT_REQUIRE(r);
   char *want = settle && !repeat ? x + 3 * MiB : c1;
   XT_CHECK_MSG(r == want, "9 MiB (settled %d, asked for before %d) at %+td from A, %+td from C", settle, repeat,
                r - (x + 3 * MiB), r - c1);
-  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
-  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
-  XT_CHECK(t_verify(s0, 2 * MiB, 1) && t_verify(r, 9 * MiB, 2));
-  T_CHECK_HEAP();
-  XT_CHECK_EQ(xseg_free(r), 0);
-  XT_CHECK_EQ(xseg_free(pin), 0);
-  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(seps[i]), 0);
-  check_rest_reachable(4096 * MiB, "the whole device");
-  XT_CHECK_EQ(xseg_shutdown(), 0);
+  placed_without_driver(conv, creates, r, 9, pin, seps, 3);
 }
 
 XT_TEST(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place) {
@@ -730,36 +753,19 @@ static void stay_by_pin_case(int settle, int repeat) {
   XT_CHECK_EQ(xseg_free(b1), 0);
   XT_CHECK_EQ(xseg_free(b2), 0);
   XT_CHECK_EQ(xseg_free(b3), 0);
-  /* Settle: more than twice the 38 MiB peak handed out in the small pool. */
-  for (int i = 0; settle && i < 140; i++) {
-    char *q = xseg_malloc(MiB, 0, NULL);
-    XT_REQUIRE(q);
-    XT_CHECK_EQ(xseg_free(q), 0);
-  }
+  if (settle) settle_by_small_blocks(140); /* over twice the 38 MiB peak */
   long long conv = t_stat(0, "num_conversions"), creates = t_stat(0, "num_device_alloc");
   char *r = NULL;
-  for (int k = 0; k <= repeat; k++) {
-    if (r) XT_CHECK_EQ(xseg_free(r), 0);
-    r = xseg_malloc(10 * MiB, 0, NULL);
-    XT_REQUIRE(r);
-    t_fill(r, 10 * MiB, 2);
-  }
+  ask_repeatedly(10, repeat, 2, &r);
+  XT_REQUIRE(r);
   if (settle && !repeat)
     XT_CHECK_MSG(r >= x + 3 * MiB && r + 10 * MiB <= x + 18 * MiB, "10 MiB (settled, new) at %+td from A, %+td from B",
                  r - (x + 3 * MiB), r - b1);
   else
     XT_CHECK_MSG(r == b1, "10 MiB (settled %d, asked for before %d) at %+td from A, %+td from B", settle, repeat,
                  r - (x + 3 * MiB), r - b1);
-  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
-  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
-  XT_CHECK(t_verify(s0, 2 * MiB, 1) && t_verify(r, 10 * MiB, 2));
-  T_CHECK_HEAP();
-  XT_CHECK_EQ(xseg_free(r), 0);
-  XT_CHECK_EQ(xseg_free(pin), 0);
-  XT_CHECK_EQ(xseg_free(s0), 0);
-  XT_CHECK_EQ(xseg_free(s1), 0);
-  check_rest_reachable(4096 * MiB, "the whole device");
-  XT_CHECK_EQ(xseg_shutdown(), 0);
+  char *const seps[2] = {s0, s1};
+  placed_without_driver(conv, creates, r, 10, pin, seps, 2);
 }
 
 XT_TEST(a_new_size_on_a_settled_device_stays_beside_a_pin) {
