@@ -710,16 +710,17 @@ static int settled(const xs_device_t *d) {
   return peak_held(d) && d->live_peak <= xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM && holds_at_most(d, XS_SETTLED_ROOM);
 }
 
-/* Was a large request of `size` bytes asked for lately?  Records it too:
- * each size in a slot picked by a hash of it (size_slot), the latest
- * winning, so a training step's sizes are seen again at the next step and
- * random sizes almost never (d->asked).  Read before either search where
- * the workload has settled: the move away from pinned chunks and the
- * whole-chunk search's early stop. */
+/* The slot of d->searched and d->asked that holds `size`. */
 static size_t size_slot(size_t size) {
   return ((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_SEARCHED_SLOTS - 1);
 }
 
+/* Was a large request of `size` bytes asked for lately?  Records it too:
+ * each size in its slot (size_slot), the latest winning, so a training
+ * step's sizes are seen again at the next step and random sizes almost
+ * never (d->asked).  Read before either search where the workload has
+ * settled: the move away from pinned chunks and the whole-chunk search's
+ * early stop. */
 static int asked_lately(xs_device_t *d, size_t size) {
   uint64_t *slot = &d->asked[size_slot(size)];
   const int seen = *slot == (uint64_t)size;
