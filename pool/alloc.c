@@ -434,7 +434,6 @@ int xs_empty_cache(xs_device_t *d) {
     d->peak_step = 0;
     d->together = d->apart = 0;
     memset(d->no_fit, 0, sizeof d->no_fit);
-    memset(d->searched, 0, sizeof d->searched);
     memset(d->asked, 0, sizeof d->asked);
   }
   if (d->npending) xs_process_events(d);

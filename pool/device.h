@@ -47,7 +47,7 @@
 #define XS_PINS_EARLY 3
 #define XS_PINS 4
 #define XS_NO_FIT_SLOTS 4096                   /* whole-chunk search memo slots (a power of two) */
-#define XS_SEARCHED_SLOTS 1024                 /* sizes the search met last, for its memo (a power of two) */
+#define XS_ASKED_SLOTS 1024                    /* large request sizes asked for last (a power of two) */
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */
 #define XS_BINNED_SMALL_SEG ((size_t)2 << 20)  /* binned: small segments */
 #define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
@@ -188,17 +188,14 @@ struct xs_device_s {
    * place for, and its steps there, hashed into these slots (expandable.c,
    * no_fit_key); 32 KiB. */
   uint64_t no_fit[XS_NO_FIT_SLOTS];
-  /* Request sizes the whole-chunk search met, each in a slot picked by a
-   * hash of the size (the latest wins): the memo serves a size from its
-   * second search on (expandable.c); 8 KiB.  Both memos are cleared at a
-   * new start (xs_empty_cache). */
-  uint64_t searched[XS_SEARCHED_SLOTS];
-  /* Every large request's size, kept the same way: was a size asked for
-   * lately (a repeating workload) or is it new (random sizes)?  Where the
-   * workload has settled, a new size neither moves away from pinned chunks
-   * nor searches on past the first whole-chunk place (expandable.c,
-   * asked_lately); 8 KiB, cleared with the memos. */
-  uint64_t asked[XS_SEARCHED_SLOTS];
+  /* Every large request's size, each in a slot picked by a hash of the
+   * size (the latest wins): was a size asked for lately (a repeating
+   * workload) or is it new (random sizes)?  Only a size asked for lately
+   * reads and writes the memo above; where the workload has settled, a
+   * new size neither moves away from pinned chunks nor searches on past
+   * the first whole-chunk place (expandable.c, asked_lately); 8 KiB.
+   * Both are cleared at a new start (xs_empty_cache). */
+  uint64_t asked[XS_ASKED_SLOTS];
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
   int next_pool;               /* id of the next private pool - 1 */

@@ -710,19 +710,14 @@ static int settled(const xs_device_t *d) {
   return peak_held(d) && d->live_peak <= xs_vmm_room(&d->vmm) / XS_SETTLED_ROOM && holds_at_most(d, XS_SETTLED_ROOM);
 }
 
-/* The slot of d->searched and d->asked that holds `size`. */
-static size_t size_slot(size_t size) {
-  return ((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_SEARCHED_SLOTS - 1);
-}
-
 /* Was a large request of `size` bytes asked for lately?  Records it too:
- * each size in its slot (size_slot), the latest winning, so a training
- * step's sizes are seen again at the next step and random sizes almost
- * never (d->asked).  Read before either search where the workload has
- * settled: the move away from pinned chunks and the whole-chunk search's
- * early stop. */
+ * each size in a slot picked by a hash of it, the latest winning, so a
+ * training step's sizes are seen again at the next step and random sizes
+ * almost never (d->asked).  Decides whether the whole-chunk search uses
+ * its memo, and, where the workload has settled, whether the best fit
+ * moves away from pinned chunks and how far the search looks. */
 static int asked_lately(xs_device_t *d, size_t size) {
-  uint64_t *slot = &d->asked[size_slot(size)];
+  uint64_t *slot = &d->asked[((uint64_t)size * 0x9e3779b97f4a7c15ull >> 40) & (XS_ASKED_SLOTS - 1)];
   const int seen = *slot == (uint64_t)size;
   *slot = size;
   return seen;
@@ -916,14 +911,12 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t lim
                            xs_fit_t *out) {
   const size_t page = d->vmm.gran;
   const int fold = p->cls == XS_LARGE && !tight(d);
-  /* The memo pays only for sizes asked for again: a size's first search
-   * (or its first since another size took its slot in d->searched) neither
+  /* The memo pays only for sizes asked for again: a size not asked for
+   * lately (asked_lately; or since another size took its slot) neither
    * reads nor writes it.  Random sizes, which rarely repeat, then skip a
    * hash and a likely cache miss per block; skipping the memo never
    * changes a decision. */
-  uint64_t *seen = &d->searched[size_slot(size)];
-  const int use_memo = *seen == (uint64_t)size;
-  *seen = size;
+  const int use_memo = lately;
   const int first_block = !lately && settled(d);
   size_t best = limit;
   int steps = 0;
