@@ -487,7 +487,28 @@ uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int
   return best;
 }
 
-static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uintptr_t *addr, size_t *take) {
+static int holds_at_most(const xs_device_t *d, size_t div);
+static int fresh_look(xs_device_t *d);
+
+/* The chunk a growth for a large request of `size` bytes maps ahead, for
+ * this request and the next ones (XS_GROWN_* in expandable.h), or 0: on a
+ * device with room for XS_GROWN_ROOM_DIV such chunks that holds at most
+ * 1/XS_EARLY_HELD_DIV of it, for a request of at most 1/XS_GROWN_SPAN of
+ * the chunk, within the budget of such pins.  Judged again on a fresh
+ * look at the device, as every pin (fresh_look). */
+static size_t grown_chunk(xs_device_t *d, const xs_pool_t *p, size_t size) {
+  const size_t g = XS_GROWN_CHUNK;
+  if (p->cls != XS_LARGE || size > g / XS_GROWN_SPAN || tight(d)) return 0;
+  for (int looked = 0;; looked = 1) {
+    const size_t room = xs_vmm_room(&d->vmm);
+    if (room / XS_GROWN_ROOM_DIV < g || !holds_at_most(d, XS_EARLY_HELD_DIV) ||
+        d->pinned[XS_PINS_GROWN] + g > room / XS_GROWN_PIN_DIV)
+      return 0;
+    if (looked || !fresh_look(d)) return g;
+  }
+}
+
+static int grow(xs_device_t *d, xs_pool_t *p, size_t size, int chunked, xs_fit_t *f) {
   size_t page = d->vmm.gran;
   if (xs_round_up(size, page) > d->vmm.limit || size > SIZE_MAX - page)
     return XSEG_ENOMEM; /* larger than the device: no remapping can help */
@@ -512,6 +533,22 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
    * at the run's first byte or the next page boundary, xs_exp_place says. */
   int pack = packing(d, p->cls);
   if (sp.addr == sp.lo) sp.addr = xs_exp_place(page, sp.lo, sp.hi, size, 0, pack_places(d, p->cls));
+  /* A chunk ahead: where the request's pages past the one it starts in
+   * (mapped, and shared with the neighbour before, if the start is not
+   * page-aligned) are fresh, with room behind them, one handle of g
+   * bytes from the first fresh page on. */
+  const size_t g = chunked ? grown_chunk(d, p, size) : 0;
+  const size_t ext = g + (xs_round_up(sp.addr, page) - sp.addr);
+  if (g && sp.hi - sp.addr >= ext && span_missing(&sp, ext) == g) {
+    int folded;
+    int rc = map_span(d, &sp, ext, 0, &folded);
+    if (rc != 0) return rc;
+    d->stats.num_grows++;
+    *f = (xs_fit_t){span_block(&sp, size), sp.addr, size, NULL, 0};
+    f->pin = pins_big(d, f->b, f->addr, size);
+    f->budget = XS_PINS_GROWN;
+    return 0;
+  }
   /* While memory is plentiful, growth maps one handle per request: the
    * page holding the request's end goes into the request's handle and the
    * request takes that whole page, if the rest of it is at most
@@ -525,9 +562,8 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, xs_block_t **out, uin
   int rc = map_span(d, &sp, size, fold, &folded);
   if (rc != 0) return rc;
   d->stats.num_grows++;
-  *take = folded ? xs_round_up(sp.addr + size, page) - sp.addr : size;
-  *out = span_block(&sp, *take);
-  *addr = sp.addr;
+  const size_t take = folded ? xs_round_up(sp.addr + size, page) - sp.addr : size;
+  *f = (xs_fit_t){span_block(&sp, take), sp.addr, take, NULL, 0};
   return 0;
 }
 
@@ -668,9 +704,8 @@ static uintptr_t place(const xs_device_t *d, const xs_block_t *f, size_t size) {
  * *f set, or -1 (the attempt may have remapped pages: what was found is
  * stale, look again without growing). */
 static int grow_whole(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *f) {
-  xs_fit_t g = {NULL, 0, size, NULL, 0};
-  if (grow(d, p, size, &g.b, &g.addr, &g.take) == 0 && xs_slab_reserve(&d->slab, 2) == 0 &&
-      !pins_big(d, g.b, g.addr, g.take)) {
+  xs_fit_t g;
+  if (grow(d, p, size, 0, &g) == 0 && xs_slab_reserve(&d->slab, 2) == 0 && !pins_big(d, g.b, g.addr, g.take)) {
     *f = g;
     return 1;
   }
@@ -1105,7 +1140,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
     }
     int grown = f.b == NULL;
     if (grown) {
-      int rc = grow(d, p, size, &f.b, &f.addr, &f.take);
+      int rc = grow(d, p, size, 1, &f);
       if (rc != 0) return rc;
     } else {
       f.addr = place(d, f.b, size);
@@ -1123,7 +1158,7 @@ static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out)
      * and the search starts over - unless avoid_conversion or pin_or_grow
      * finds a cheaper answer within their bounds (docs/design.md, "Handle
      * sizing"). */
-    xs_chunk_t *c = pins_big(d, f.b, f.addr, f.take);
+    xs_chunk_t *c = f.pin ? NULL : pins_big(d, f.b, f.addr, f.take); /* a growth chunk is pinned already */
     if (c && !grown) {
       int r = avoid_conversion(d, p, size, may_grow, lately, c, first, &f);
       if (r < 0) {

@@ -346,6 +346,19 @@
  * it moved a min-budget run (llm_serving under --lag 4, 1.0006 -> 1.0041). */
 #define XS_AHEAD_DIV 4
 #define XS_AHEAD_ROOM 2
+/* Growth chunks.  On a device with room for XS_GROWN_ROOM_DIV chunks of
+ * XS_GROWN_CHUNK bytes, while it holds at most 1/XS_EARLY_HELD_DIV of the
+ * room, a large request of at most 1/XS_GROWN_SPAN of such a chunk that
+ * no free block fits maps one chunk of that size and takes its start; the
+ * rest is a free block that the next requests fill with no driver call,
+ * as PyTorch's default allocator carves its 20 MiB segments.  The block
+ * pins the chunk (the pin passes to the chunk's other live blocks, as
+ * every pin), within a budget of 1/XS_GROWN_PIN_DIV of the room
+ * (xs_device_t.pinned[XS_PINS_GROWN]). */
+#define XS_GROWN_CHUNK ((size_t)64 << 20)
+#define XS_GROWN_SPAN 4
+#define XS_GROWN_ROOM_DIV 1024
+#define XS_GROWN_PIN_DIV 128
 
 /* Shared pages that empty together.  Of two large blocks that shared a
  * page, the one freed second is counted together if it went within

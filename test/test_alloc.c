@@ -1551,6 +1551,74 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Growth chunks (pool/expandable.h, XS_GROWN_*): on a device with room
+ * for 1,024 chunks of 64 MiB, while it holds at most an eighth of the
+ * room, a request of at most 16 MiB that nothing free fits maps one 64 MiB
+ * handle and takes its start, and the next requests fill the rest with no
+ * driver call; within a budget of 1/128 of the room (10 chunks on 80
+ * GiB), after which each growth maps its own handle again. */
+static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) {
+  char conf[64];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  char *first = first_mb ? xseg_malloc(first_mb * MiB, 0, NULL) : NULL; /* what the device holds already */
+  XT_REQUIRE(!first_mb || first);
+  /* Over 16 MiB: a handle of its own (9 pages), whatever the device. */
+  long long creates = t_stat(0, "num_device_alloc");
+  char *big = xseg_malloc(18 * MiB, 0, NULL);
+  XT_REQUIRE(big);
+  XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates + 1);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  enum { CHUNKS = 10, N = CHUNKS * 16 + 10 };
+  char *b[N];
+  long long made[N];
+  for (int i = 0; i < N; i++) {
+    creates = t_stat(0, "num_device_alloc");
+    b[i] = xseg_malloc(4 * MiB, 0, NULL);
+    XT_REQUIRE(b[i]);
+    t_fill(b[i], 4 * MiB, 10 + (uint64_t)i);
+    made[i] = t_stat(0, "num_device_alloc") - creates;
+  }
+  if (expect_chunks) {
+    /* 16 blocks a chunk: the first block of each made one handle, the
+     * other 15 none; past the budget every block made its own. */
+    for (int i = 0; i < N; i++) {
+      const long long want = i < CHUNKS * 16 ? i % 16 == 0 : 1;
+      XT_CHECK_MSG(made[i] == want, "block %d made %lld handles, not %lld", i, made[i], want);
+      if (i < CHUNKS * 16 && i % 16)
+        XT_CHECK_MSG(b[i] >= b[i / 16 * 16] && b[i] + 4 * MiB <= b[i / 16 * 16] + 64 * MiB,
+                     "block %d lies outside its chunk", i);
+    }
+    /* Blocks 1-15 of the last chunk freed: it stays pinned by its first. */
+    for (int i = CHUNKS * 16 - 15; i < CHUNKS * 16; i++) {
+      XT_CHECK_EQ(xseg_free(b[i]), 0);
+      b[i] = NULL;
+    }
+    XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 60 * MiB);
+  } else {
+    for (int i = 0; i < N; i++) XT_CHECK_MSG(made[i] == 1, "block %d made %lld handles, not one", i, made[i]);
+    XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  }
+  T_CHECK_HEAP();
+  for (int i = 0; i < N; i++)
+    if (b[i]) XT_CHECK(t_verify(b[i], 4 * MiB, 10 + (uint64_t)i));
+  for (int i = 0; i < N; i++)
+    if (b[i]) XT_CHECK_EQ(xseg_free(b[i]), 0);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  XT_CHECK_EQ(xseg_free(big), 0);
+  if (first) XT_CHECK_EQ(xseg_free(first), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(small_requests_share_growth_chunks_on_a_large_device) {
+  grown_chunk_case(81920, 0, 1);
+  /* 40 GiB: a chunk would be over 1/1024 of the room. */
+  grown_chunk_case(40960, 0, 0);
+  /* Over an eighth of 80 GiB held. */
+  grown_chunk_case(81920, 10300, 0);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
  * has settled (a settled one needs no surplus: settled_case below).  A
  * request over part of a large idle handle converts it while the device
@@ -1980,6 +2048,7 @@ int main(void) {
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(large_idle_handles_are_pinned_early_on_a_large_device);
+  XT_RUN(small_requests_share_growth_chunks_on_a_large_device);
   XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(a_settled_workload_pins_more);
