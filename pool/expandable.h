@@ -354,7 +354,24 @@
  * as PyTorch's default allocator carves its 20 MiB segments.  The block
  * pins the chunk (the pin passes to the chunk's other live blocks, as
  * every pin), within a budget of 1/XS_GROWN_PIN_DIV of the room
- * (xs_device_t.pinned[XS_PINS_GROWN]). */
+ * (xs_device_t.pinned[XS_PINS_GROWN]).  A first pass grew a handle or two
+ * per request there (grow_then_split's second phase: about 100 growths of
+ * 1-16 MiB blocks after its first phase's memory was reused).  With an
+ * H200's room (host backend, modelled driver time) the fourteen first
+ * passes take 200.6 ms instead of 234.6 (grow_then_split 13.2 -> 8.9,
+ * ResNet-50 17.3 -> 13.3, the GPT-2 inference 2.4 -> 1.0; llm_serving 7.6
+ * -> 8.8 and rmm_uniform 7.3 -> 7.7 slower), with an H100's 247.8 instead
+ * of 277.4.  Below 64 GiB of room nothing changes, so no min budget of a
+ * shipped trace moves.  Costs: the recorded training trace holds 14,276
+ * MiB from its second pass instead of 12,704 (a 1,570 MiB request finds
+ * no free range long enough, though no chunk is pinned then), and with an
+ * H100's room the GPT-2-small training's second pass makes 584 driver
+ * calls instead of 64 (1.5 per 100 events).  Budgets of 1/256 and 1/512
+ * gained less (0.93-0.98 of the base's time) and cost the same on the
+ * training trace; 1/64 held up to 17 % more on grow_then_split; chunks of
+ * 16-32 MiB or requests of up to a half or a quarter of them gained less;
+ * growth chunks only while the pool packs, or never then, gained less
+ * (docs/benchmarks.md, "Growth chunks"). */
 #define XS_GROWN_CHUNK ((size_t)64 << 20)
 #define XS_GROWN_SPAN 4
 #define XS_GROWN_ROOM_DIV 1024
