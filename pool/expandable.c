@@ -723,13 +723,17 @@ static int may_pin(const xs_device_t *d, const xs_chunk_t *c) {
 /* Which budget may a small idle chunk c be pinned in, instead of being
  * converted into single pages: the shared one (may_pin), or, while the
  * device holds at most 1/XS_ROOMY_PIN_HELD_DIV of the room, a second one
- * of 1/XS_ROOMY_PIN_DIV that only such pins use (expandable.h).  -1:
- * neither. */
+ * of 1/XS_ROOMY_PIN_DIV that only such pins use, or, on a device with room
+ * for growth chunks, what of their budget they leave (expandable.h).  -1:
+ * none. */
 static int idle_pin_budget(const xs_device_t *d, const xs_chunk_t *c) {
   if (may_pin(d, c)) return XS_PINS_SHARED;
+  const size_t room = xs_vmm_room(&d->vmm);
   /* Holding a quarter of the room, the device is not tight. */
-  const size_t budget = xs_vmm_room(&d->vmm) / XS_ROOMY_PIN_DIV;
-  if (holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && d->pinned[XS_PINS_ROOMY] + c->size <= budget) return XS_PINS_ROOMY;
+  if (holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && d->pinned[XS_PINS_ROOMY] + c->size <= room / XS_ROOMY_PIN_DIV)
+    return XS_PINS_ROOMY;
+  if (!tight(d) && room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK && d->pinned[XS_PINS_GROWN] + c->size <= room / XS_GROWN_PIN_DIV)
+    return XS_PINS_GROWN;
   return -1;
 }
 

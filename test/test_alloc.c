@@ -1619,6 +1619,57 @@ XT_TEST(small_requests_share_growth_chunks_on_a_large_device) {
   grown_chunk_case(81920, 10300, 0);
 }
 
+/* Small idle handles past the shared and roomy budgets (pool/expandable.h,
+ * XS_GROWN_*): on a device with room for growth chunks they are pinned in
+ * what growth chunks leave of their budget, and converted once that is
+ * spent too; on a smaller device, converted once the first two are spent.
+ * N idle 24 MiB handles (12 pages) kept apart by live 18 MiB blocks (no
+ * request of at most 16 MiB, so no growth chunk is made), then a 20 MiB
+ * request over each. */
+static void third_idle_budget_case(size_t cap_mb, int expect_grown) {
+  char conf[64];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  enum { N = 90 };
+  static char *h[N], *sep[N], *r[N];
+  for (int i = 0; i < N; i++) {
+    h[i] = xseg_malloc(24 * MiB, 0, NULL);
+    sep[i] = xseg_malloc(18 * MiB, 0, NULL);
+    XT_REQUIRE(h[i] && sep[i]);
+  }
+  for (int i = 0; i < N; i++) XT_CHECK_EQ(xseg_free(h[i]), 0);
+  const size_t room = cap_mb * MiB, chunk = 24 * MiB;
+  size_t want = room / XS_PIN_DIV / chunk + room / XS_ROOMY_PIN_DIV / chunk;
+  if (expect_grown) want += room / XS_GROWN_PIN_DIV / chunk;
+  XT_REQUIRE(want < N);
+  long long conv0 = t_stat(0, "num_conversions");
+  size_t pinned = 0;
+  for (int i = 0; i < N; i++) {
+    const long long conv = t_stat(0, "num_conversions");
+    r[i] = xseg_malloc(20 * MiB, 0, NULL);
+    XT_REQUIRE(r[i]);
+    t_fill(r[i], 20 * MiB, 20 + (uint64_t)i);
+    if (t_stat(0, "num_conversions") != conv) break;
+    pinned++;
+  }
+  XT_CHECK_MSG(pinned == want, "%zu idle handles pinned on %zu MiB, not %zu", pinned, cap_mb, want);
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv0 + 1);
+  T_CHECK_HEAP();
+  for (size_t i = 0; i <= pinned && i < N; i++) {
+    XT_CHECK(t_verify(r[i], 20 * MiB, 20 + (uint64_t)i));
+    XT_CHECK_EQ(xseg_free(r[i]), 0);
+  }
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  for (int i = 0; i < N; i++) XT_CHECK_EQ(xseg_free(sep[i]), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device) {
+  third_idle_budget_case(81920, 1);
+  third_idle_budget_case(40960, 0);
+}
+
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
  * has settled (a settled one needs no surplus: settled_case below).  A
  * request over part of a large idle handle converts it while the device
@@ -2049,6 +2100,7 @@ int main(void) {
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(large_idle_handles_are_pinned_early_on_a_large_device);
   XT_RUN(small_requests_share_growth_chunks_on_a_large_device);
+  XT_RUN(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device);
   XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(a_settled_workload_pins_more);
