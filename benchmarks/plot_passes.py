@@ -3,9 +3,10 @@
 
     python3 benchmarks/plot_passes.py [RESULTS_DIR [OUT [PREFIX [MACHINE]]]]
 
-Reads PREFIX-{native,expandable,xseg}.json (PREFIX: gpu-h100-torch-passes)
-from RESULTS_DIR (default benchmarks/results; written by
-test/gpu/torch_passes.py), and PREFIX-xseg-base.json (xseg before a change) where there is one,
+Reads PREFIX-{native,xseg}.json (PREFIX: gpu-h100-torch-passes) from
+RESULTS_DIR (default benchmarks/results; written by
+test/gpu/torch_passes.py), and PREFIX-expandable.json and
+PREFIX-xseg-base.json (xseg before a change) where there are,
 and writes OUT (default docs/img/passes.svg): for each trace, microseconds
 per event through PyTorch from an empty allocator and on the warm second
 pass, one bar per allocator.  MACHINE names the GPU and torch in the titles
@@ -24,7 +25,7 @@ def load(results, prefix):
     runs, allocs = {}, []
     for name, color, label in ALLOCATORS:
         path = os.path.join(results, "%s-%s.json" % (prefix, name))
-        if name == "xseg-base" and not os.path.exists(path):
+        if name in ("expandable", "xseg-base") and not os.path.exists(path):
             continue
         allocs.append((name, color, label))
         with open(path) as f:
