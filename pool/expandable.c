@@ -490,21 +490,26 @@ uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int
 static int holds_at_most(const xs_device_t *d, size_t div);
 static int fresh_look(xs_device_t *d);
 
+/* Has the growth chunks' budget room for `bytes` more: on a device with
+ * room for XS_GROWN_ROOM_DIV chunks, within 1/XS_GROWN_PIN_DIV of the room
+ * (expandable.h)?  Growth chunks use it first, small idle chunks what they
+ * leave (idle_pin_budget). */
+static int grown_budget_has(const xs_device_t *d, size_t bytes) {
+  const size_t room = xs_vmm_room(&d->vmm);
+  return !tight(d) && room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK &&
+         d->pinned[XS_PINS_GROWN] + bytes <= room / XS_GROWN_PIN_DIV;
+}
+
 /* The chunk a growth for a large request of `size` bytes maps ahead, for
- * this request and the next ones (XS_GROWN_* in expandable.h), or 0: on a
- * device with room for XS_GROWN_ROOM_DIV such chunks that holds at most
- * 1/XS_EARLY_HELD_DIV of it, for a request of at most 1/XS_GROWN_SPAN of
- * the chunk, within the budget of such pins.  Judged again on a fresh
- * look at the device, as every pin (fresh_look). */
+ * this request and the next ones (XS_GROWN_* in expandable.h), or 0: for a
+ * request of at most 1/XS_GROWN_SPAN of the chunk, on a device that holds
+ * at most 1/XS_EARLY_HELD_DIV of the room, within the budget.  Judged
+ * again on a fresh look at the device, as every pin (fresh_look). */
 static size_t grown_chunk(xs_device_t *d, const xs_pool_t *p, size_t size) {
-  const size_t g = XS_GROWN_CHUNK;
-  if (p->cls != XS_LARGE || size > g / XS_GROWN_SPAN || tight(d)) return 0;
+  if (p->cls != XS_LARGE || size > XS_GROWN_CHUNK / XS_GROWN_SPAN) return 0;
   for (int looked = 0;; looked = 1) {
-    const size_t room = xs_vmm_room(&d->vmm);
-    if (room / XS_GROWN_ROOM_DIV < g || !holds_at_most(d, XS_EARLY_HELD_DIV) ||
-        d->pinned[XS_PINS_GROWN] + g > room / XS_GROWN_PIN_DIV)
-      return 0;
-    if (looked || !fresh_look(d)) return g;
+    if (!holds_at_most(d, XS_EARLY_HELD_DIV) || !grown_budget_has(d, XS_GROWN_CHUNK)) return 0;
+    if (looked || !fresh_look(d)) return XS_GROWN_CHUNK;
   }
 }
 
@@ -536,34 +541,31 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, int chunked, xs_fit_t
   /* A chunk ahead: where the request's pages past the one it starts in
    * (mapped, and shared with the neighbour before, if the start is not
    * page-aligned) are fresh, with room behind them, one handle of g
-   * bytes from the first fresh page on. */
+   * bytes from the first fresh page on; the request takes its start and
+   * pins it. */
   const size_t g = chunked ? grown_chunk(d, p, size) : 0;
   const size_t ext = g + (xs_round_up(sp.addr, page) - sp.addr);
-  if (g && sp.hi - sp.addr >= ext && span_missing(&sp, ext) == g) {
-    int folded;
-    int rc = map_span(d, &sp, ext, 0, &folded);
-    if (rc != 0) return rc;
-    d->stats.num_grows++;
-    *f = (xs_fit_t){span_block(&sp, size), sp.addr, size, NULL, 0};
-    f->pin = pins_big(d, f->b, f->addr, size);
-    f->budget = XS_PINS_GROWN;
-    return 0;
-  }
-  /* While memory is plentiful, growth maps one handle per request: the
-   * page holding the request's end goes into the request's handle and the
-   * request takes that whole page, if the rest of it is at most
-   * 1/XS_FOLD_DIV of the request (reported as rounding waste).  Under
+  const int ahead = g && sp.hi - sp.addr >= ext && span_missing(&sp, ext) == g;
+  /* Otherwise, while memory is plentiful, growth maps one handle per
+   * request: the page holding the request's end goes into the request's
+   * handle and the request takes that whole page, if the rest of it is at
+   * most 1/XS_FOLD_DIV of the request (reported as rounding waste).  Under
    * pressure memory counts more than a driver call: the tail page gets a
    * page-sized handle that later blocks can share.  So it does while the
    * pool packs: what is allocated then is likely to live to the end, and
    * the next block would fill the rest. */
-  int fold = p->cls == XS_LARGE && !pack && xs_vmm_headroom(&d->vmm) >= size + xs_vmm_room(&d->vmm) / XS_PLENTIFUL;
+  int fold = !ahead && p->cls == XS_LARGE && !pack &&
+             xs_vmm_headroom(&d->vmm) >= size + xs_vmm_room(&d->vmm) / XS_PLENTIFUL;
   int folded;
-  int rc = map_span(d, &sp, size, fold, &folded);
+  int rc = map_span(d, &sp, ahead ? ext : size, fold, &folded);
   if (rc != 0) return rc;
   d->stats.num_grows++;
   const size_t take = folded ? xs_round_up(sp.addr + size, page) - sp.addr : size;
   *f = (xs_fit_t){span_block(&sp, take), sp.addr, take, NULL, 0};
+  if (ahead) {
+    f->pin = pins_big(d, f->b, f->addr, take);
+    f->budget = XS_PINS_GROWN;
+  }
   return 0;
 }
 
@@ -732,8 +734,7 @@ static int idle_pin_budget(const xs_device_t *d, const xs_chunk_t *c) {
   /* Holding a quarter of the room, the device is not tight. */
   if (holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && d->pinned[XS_PINS_ROOMY] + c->size <= room / XS_ROOMY_PIN_DIV)
     return XS_PINS_ROOMY;
-  if (!tight(d) && room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK && d->pinned[XS_PINS_GROWN] + c->size <= room / XS_GROWN_PIN_DIV)
-    return XS_PINS_GROWN;
+  if (grown_budget_has(d, c->size)) return XS_PINS_GROWN;
   return -1;
 }
 
