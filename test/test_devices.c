@@ -176,7 +176,43 @@ static void directory_names_owners(const char *mode) {
 XT_TEST(directory_names_owners_expandable) { directory_names_owners(t_modes[0]); }
 XT_TEST(directory_names_owners_binned) { directory_names_owners(t_modes[1]); }
 
+/* Ranges entered into the directory directly, at addresses no segment
+ * uses: each granule of a range reads its device, from its first to its
+ * last, across 1 GiB leaves made fresh by that range or made before; a
+ * granule two devices entered reads ANY; the granules beside a range read
+ * NONE. */
+XT_TEST(directory_marks_exact_ranges) {
+  const uintptr_t G = (uintptr_t)2 << 20, L = (uintptr_t)1 << 30;
+  const uintptr_t base = (uintptr_t)0x3f0000000000ull; /* 1 GiB aligned, far from any mapping */
+  /* Device 2: from 3 granules into a leaf to 5 granules into the third
+   * leaf after it (two fresh leaves wholly, two in part), ending mid-granule. */
+  const uintptr_t lo = base + 3 * G, hi = base + 3 * L + 4 * G + 100;
+  xs_owners_add(2, lo, hi);
+  XT_CHECK_EQ(xs_owner_of(lo - 1), XS_OWNER_NONE);
+  XT_CHECK_EQ(xs_owner_of(lo), 2);
+  XT_CHECK_EQ(xs_owner_of(base + L - 1), 2);
+  XT_CHECK_EQ(xs_owner_of(base + 2 * L), 2);
+  XT_CHECK_EQ(xs_owner_of(hi - 1), 2);
+  XT_CHECK_EQ(xs_owner_of(base + 3 * L + 5 * G), XS_OWNER_NONE);
+  int wrong = 0;
+  for (uintptr_t a = lo; a < hi; a += G / 2) wrong += xs_owner_of(a) != 2;
+  XT_CHECK_EQ(wrong, 0);
+  /* Device 3 over the last granule of device 2 and on into that leaf,
+   * which exists now: the shared granule reads ANY, the rest 3. */
+  xs_owners_add(3, base + 3 * L + 4 * G, base + 3 * L + 9 * G);
+  XT_CHECK_EQ(xs_owner_of(base + 3 * L + 3 * G), 2);
+  XT_CHECK_EQ(xs_owner_of(base + 3 * L + 4 * G), XS_OWNER_ANY);
+  XT_CHECK_EQ(xs_owner_of(base + 3 * L + 5 * G), 3);
+  XT_CHECK_EQ(xs_owner_of(base + 3 * L + 9 * G), XS_OWNER_NONE);
+  /* The same device again changes nothing. */
+  xs_owners_add(2, lo, base + 4 * G);
+  XT_CHECK_EQ(xs_owner_of(lo), 2);
+  xs_owners_reset();
+  XT_CHECK_EQ(xs_owner_of(lo), XS_OWNER_NONE);
+}
+
 int main(void) {
+  XT_RUN(directory_marks_exact_ranges);
   XT_RUN(expandable_devices_never_wait_on_each_other);
   XT_RUN(binned_devices_never_wait_on_each_other);
   XT_RUN(directory_names_owners_expandable);
