@@ -25,11 +25,14 @@
  * [GiB]]" it asks where a budget others leave goes: how many 2 MiB handles
  * the driver gives when a raw allocation leaves MiB free (64 if not
  * given), created only, mapped back to back, and mapped each in an address
- * reservation of its own of GiB (256 if not given).  Needs a GPU:
+ * reservation of its own of GiB (256 if not given).  With "idle" it asks
+ * what a handle's calls cost after the driver has had no call for a while
+ * (0.1-1000 ms, the thread sleeping or spinning), and what reserving
+ * address space costs.  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -o /tmp/driver_probe &&
- * /tmp/driver_probe [meminfo|overlap|limit [MiB [fd]]|tables [MiB [GiB]]]
+ * /tmp/driver_probe [meminfo|overlap|idle|limit [MiB [fd]]|tables [MiB [GiB]]]
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -209,6 +212,81 @@ static void meminfo_probe(CUcontext ctx) {
     double t2 = now();
     printf("cuMemGetInfo: %.2f us a call; with a context push and pop %.2f us (free %zu MiB of %zu)\n",
            (t1 - t0) / 1000, (t2 - t1) / 1000, fr >> 20, to >> 20);
+  }
+}
+
+/* ---- idle: a call after the driver has had none for a while ---- */
+
+/* A warm pass calls the driver a few times, far apart: the driver's times
+ * there (xseg-bench passes on an H200) were 20-50 times those of the same
+ * calls in a first pass.  Times one 64 MiB handle's create, map and set
+ * access, and then its unmap and release, after the thread has made no
+ * driver call for `gap` ms (sleeping, or spinning on the CPU), five times
+ * per gap, medians. */
+static int dcmp(const void *a, const void *b);
+static void idle_probe(CUdeviceptr va) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const size_t sz = (size_t)64 << 20;
+  static const double gaps[] = {0, 0.1, 1, 10, 100, 1000};
+  for (int spin = 0; spin < 2; spin++)
+    for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
+      double cr[5], mp[5], ac[5], dn[5];
+      for (int r = 0; r < 5; r++) {
+        double until = now() + gaps[g] * 1e3;
+        if (spin) {
+          while (now() < until) {
+          }
+        } else if (gaps[g] > 0) {
+          struct timespec ts = {(time_t)(gaps[g] / 1e3), 0};
+          ts.tv_nsec = (long)((gaps[g] - (double)ts.tv_sec * 1e3) * 1e6);
+          nanosleep(&ts, NULL);
+        }
+        CUmemGenericAllocationHandle h;
+        double t0 = now();
+        CK(cuMemCreate(&h, sz, &prop, 0));
+        double t1 = now();
+        CK(cuMemMap(va, sz, 0, h, 0));
+        double t2 = now();
+        CK(cuMemSetAccess(va, sz, &acc, 1));
+        double t3 = now();
+        CK(cuMemUnmap(va, sz));
+        CK(cuMemRelease(h));
+        double t4 = now();
+        cr[r] = t1 - t0, mp[r] = t2 - t1, ac[r] = t3 - t2, dn[r] = t4 - t3;
+      }
+      qsort(cr, 5, sizeof cr[0], dcmp), qsort(mp, 5, sizeof mp[0], dcmp);
+      qsort(ac, 5, sizeof ac[0], dcmp), qsort(dn, 5, sizeof dn[0], dcmp);
+      printf("idle %7.1f ms (%s): create %7.1f us  map %6.1f  access %7.1f  unmap+release %7.1f (medians of 5)\n",
+             gaps[g], spin ? "spinning" : "sleeping", cr[2], mp[2], ac[2], dn[2]);
+    }
+}
+
+/* What reserving address space costs: xseg reserves the device's whole
+ * size for each pool's segment (vmm/segment.c) and frees it when an
+ * empty cache leaves the segment with nothing mapped. */
+static void reserve_probe(void) {
+  size_t total = 0;
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CK(cuDeviceTotalMem(&total, dev));
+  const size_t gran = (size_t)2 << 20; /* the H100's and H200's granularity */
+  const size_t sizes[] = {gran, (size_t)8 << 30, (size_t)64 << 30, (total + gran - 1) / gran * gran};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    double rs[5], fr[5];
+    for (int r = 0; r < 5; r++) {
+      CUdeviceptr va;
+      double t0 = now();
+      CK(cuMemAddressReserve(&va, sizes[s], 0, 0, 0));
+      double t1 = now();
+      CK(cuMemAddressFree(va, sizes[s]));
+      rs[r] = t1 - t0, fr[r] = now() - t1;
+    }
+    qsort(rs, 5, sizeof rs[0], dcmp), qsort(fr, 5, sizeof fr[0], dcmp);
+    printf("reserve %8zu MiB: cuMemAddressReserve %7.1f us, cuMemAddressFree %7.1f us (medians of 5)\n",
+           sizes[s] >> 20, rs[2], fr[2]);
   }
 }
 
@@ -647,6 +725,11 @@ int main(int argc, char **argv) {
   }
   CUdeviceptr va;
   CK(cuMemAddressReserve(&va, (size_t)8 << 30, 0, 0, 0));
+  if (argc > 1 && !strcmp(argv[1], "idle")) {
+    idle_probe(va);
+    reserve_probe();
+    return 0;
+  }
   struct {
     size_t sz;
     int n;
