@@ -222,8 +222,9 @@ static void meminfo_probe(CUcontext ctx) {
  * calls in a first pass.  Times one 64 MiB handle's create, map and set
  * access, and then its unmap and release, after the thread has made no
  * driver call for `gap` ms (sleeping, or spinning on the CPU), five times
- * per gap, medians. */
+ * per gap, medians; then reserve_probe. */
 static int dcmp(const void *a, const void *b);
+static void reserve_probe(void);
 static void idle_probe(CUdeviceptr va) {
   CUmemAllocationProp prop = {0};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -262,6 +263,7 @@ static void idle_probe(CUdeviceptr va) {
       printf("idle %7.1f ms (%s): create %7.1f us  map %6.1f  access %7.1f  unmap+release %7.1f (medians of 5)\n",
              gaps[g], spin ? "spinning" : "sleeping", cr[2], mp[2], ac[2], dn[2]);
     }
+  reserve_probe();
 }
 
 /* What reserving address space costs: xseg reserves the device's whole
@@ -726,8 +728,7 @@ int main(int argc, char **argv) {
   CUdeviceptr va;
   CK(cuMemAddressReserve(&va, (size_t)8 << 30, 0, 0, 0));
   if (argc > 1 && !strcmp(argv[1], "idle")) {
-    idle_probe(va);
-    reserve_probe();
+    idle_probe(va); /* and reserve_probe */
     return 0;
   }
   struct {
