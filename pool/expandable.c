@@ -505,12 +505,14 @@ static int grown_budget_has(const xs_device_t *d, size_t bytes) {
  * request of at most 1/XS_GROWN_SPAN of the chunk, on a device that holds
  * at most 1/XS_EARLY_HELD_DIV of the room, within the budget.  Judged
  * again on a fresh look at the device, as every pin (fresh_look). */
+static int grown_chunk_allowed(const xs_device_t *d) {
+  return holds_at_most(d, XS_EARLY_HELD_DIV) && grown_budget_has(d, XS_GROWN_CHUNK);
+}
+
 static size_t grown_chunk(xs_device_t *d, const xs_pool_t *p, size_t size) {
-  if (p->cls != XS_LARGE || size > XS_GROWN_CHUNK / XS_GROWN_SPAN) return 0;
-  for (int looked = 0;; looked = 1) {
-    if (!holds_at_most(d, XS_EARLY_HELD_DIV) || !grown_budget_has(d, XS_GROWN_CHUNK)) return 0;
-    if (looked || !fresh_look(d)) return XS_GROWN_CHUNK;
-  }
+  if (p->cls != XS_LARGE || size > XS_GROWN_CHUNK / XS_GROWN_SPAN || !grown_chunk_allowed(d)) return 0;
+  if (fresh_look(d) && !grown_chunk_allowed(d)) return 0;
+  return XS_GROWN_CHUNK;
 }
 
 static int grow(xs_device_t *d, xs_pool_t *p, size_t size, int chunked, xs_fit_t *f) {

@@ -361,8 +361,8 @@
  * passes take 200.6 ms instead of 234.6 (grow_then_split 13.2 -> 8.9,
  * ResNet-50 17.3 -> 13.3, the GPT-2 inference 2.4 -> 1.0; llm_serving 7.6
  * -> 8.8 and rmm_uniform 7.3 -> 7.7 slower), with an H100's 247.8 instead
- * of 277.4 (252.9 with the small idle pins below).  Below 64 GiB of room nothing changes, so no min budget of a
- * shipped trace moves.  Costs: the recorded training trace holds 14,276
+ * of 277.4 (252.9 with the small idle pins below).  Below 64 GiB of
+ * room nothing changes, so no min budget of a shipped trace moves.  Costs: the recorded training trace holds 14,276
  * MiB from its second pass instead of 12,704 (a 1,570 MiB request finds
  * no free range long enough, though no chunk is pinned then), and with an
  * H100's room the GPT-2-small training's second pass makes 584 driver

@@ -67,9 +67,9 @@ void xs_owners_add(int device, uintptr_t lo, uintptr_t hi) {
   for (uintptr_t g = lo >> GRANULE_SHIFT; g < g_end;) {
     size_t i = g >> (LEAF_SHIFT - GRANULE_SHIFT);
     if (i >= TOP_SIZE) return; /* reads ANY there */
-    const uintptr_t leaf_end = (uintptr_t)(i + 1) << (LEAF_SHIFT - GRANULE_SHIFT);
-    const uintptr_t stop = g_end < leaf_end ? g_end : leaf_end;
-    if (mark_leaf(i, g & (LEAF_SIZE - 1), stop - ((uintptr_t)i << (LEAF_SHIFT - GRANULE_SHIFT)), want) != 0) {
+    const uintptr_t first = (uintptr_t)i << (LEAF_SHIFT - GRANULE_SHIFT); /* the leaf's first granule */
+    const uintptr_t stop = g_end < first + LEAF_SIZE ? g_end : first + LEAF_SIZE;
+    if (mark_leaf(i, g - first, stop - first, want) != 0) {
       /* Out of host memory: this range cannot be entered, so every lookup
        * searches every device from now on. */
       __atomic_store_n(&degraded, 1, __ATOMIC_RELEASE);
