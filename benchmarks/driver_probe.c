@@ -32,7 +32,7 @@
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -o /tmp/driver_probe &&
- * /tmp/driver_probe [meminfo|overlap|idle|limit [MiB [fd]]|tables [MiB [GiB]]]
+ * /tmp/driver_probe [meminfo|overlap|idle|fresh [0|1|2]|limit [MiB [fd]]|tables [MiB [GiB]]]
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -264,6 +264,69 @@ static void idle_probe(CUdeviceptr va) {
              gaps[g], spin ? "spinning" : "sleeping", cr[2], mp[2], ac[2], dn[2]);
     }
   reserve_probe();
+}
+
+/* What a fresh process's first handles cost against later ones: rounds
+ * of n 64 MiB handles (create, map and set access each, then unmap and
+ * release all), in a fresh address reservation, in that one again, in
+ * another fresh one, and in the first again; then the same rounds with
+ * cuMemAlloc and cuMemFree (what PyTorch's default allocator calls).
+ * warm: before the rounds, nothing (0), one 2 MiB handle's calls (1), or
+ * sixteen 64 MiB handles' (2) at an address of their own. */
+static void fresh_round(CUdeviceptr va, int n, size_t sz, double t[4]) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  for (int i = 0; i < n; i++) {
+    double t0 = now();
+    CK(cuMemCreate(&hs[i], sz, &prop, 0));
+    double t1 = now();
+    CK(cuMemMap(va + i * sz, sz, 0, hs[i], 0));
+    double t2 = now();
+    CK(cuMemSetAccess(va + i * sz, sz, &acc, 1));
+    double t3 = now();
+    t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
+  }
+  double t4 = now();
+  for (int i = 0; i < n; i++) {
+    CK(cuMemUnmap(va + i * sz, sz));
+    CK(cuMemRelease(hs[i]));
+  }
+  t[3] += now() - t4;
+}
+
+static void fresh_probe(int warm) {
+  const int n = 48;
+  const size_t sz = (size_t)64 << 20;
+  CUdeviceptr w, a, b;
+  CK(cuMemAddressReserve(&w, (size_t)2 << 30, 0, 0, 0));
+  if (warm) {
+    double t[4] = {0};
+    if (warm == 1) fresh_round(w, 1, (size_t)2 << 20, t);
+    else fresh_round(w, 16, sz, t);
+  }
+  CK(cuMemAddressReserve(&a, n * sz, 0, 0, 0));
+  CK(cuMemAddressReserve(&b, n * sz, 0, 0, 0));
+  const CUdeviceptr at[4] = {a, a, b, a};
+  const char *what[4] = {"fresh va", "same va", "other fresh va", "first va again"};
+  for (int r = 0; r < 4; r++) {
+    double t[4] = {0};
+    double t0 = now();
+    fresh_round(at[r], n, sz, t);
+    printf("fresh warm %d round %d (%-14s): %d x 64 MiB, per handle: create %6.1f us  map %5.1f  access %6.1f  "
+           "unmap+release %6.1f  all %7.1f\n", warm, r, what[r], n, t[0] / n, t[1] / n, t[2] / n, t[3] / n,
+           (now() - t0) / n);
+  }
+  for (int r = 0; r < 3; r++) {
+    CUdeviceptr p[48];
+    double t0 = now();
+    for (int i = 0; i < n; i++) CK(cuMemAlloc(&p[i], sz));
+    double t1 = now();
+    for (int i = 0; i < n; i++) CK(cuMemFree(p[i]));
+    printf("fresh warm %d round %d (cuMemAlloc    ): %d x 64 MiB, per allocation: alloc %6.1f us  free %6.1f\n",
+           warm, r, n, (t1 - t0) / n, (now() - t1) / n);
+  }
 }
 
 /* What reserving address space costs: xseg reserves the device's whole
@@ -723,6 +786,10 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "limit")) {
     if (argc > 3 && !strcmp(argv[3], "fd")) lim_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     limit_probe(argc > 2 ? strtoul(argv[2], NULL, 10) : 1024);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "fresh")) {
+    fresh_probe(argc > 2 ? atoi(argv[2]) : 0);
     return 0;
   }
   CUdeviceptr va;

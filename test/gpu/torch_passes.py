@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch_passes.py: what growing and shrinking cost through PyTorch.
 
-    python3 test/gpu/torch_passes.py [--json FILE] TRACE...                      # PyTorch's own
+    python3 test/gpu/torch_passes.py [--json FILE] [--settle S] [--busy S] TRACE...   # PyTorch's own
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py TRACE...
     XSEG_ALLOC_CONF= python3 test/gpu/torch_passes.py TRACE...                   # xseg
 
@@ -74,6 +74,10 @@ def main():
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds to wait after emptying the cache before each first pass, so that the driver has "
                          "cleared the memory the previous trace gave back (creates that need it wait otherwise)")
+    ap.add_argument("--busy", type=float, default=0.0,
+                    help="keep the GPU busy for S seconds from just before each pass, on a stream of its own "
+                         "that the pass does not wait for (a training step's kernels run while it allocates; "
+                         "an idle GPU answers driver calls more slowly)")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
     torch.cuda.init()
@@ -90,14 +94,23 @@ def main():
         torch.cuda.reset_peak_memory_stats()  # after empty_cache: the peak is this trace's alone
         if a.settle > 0:
             time.sleep(a.settle)
-        row = {"allocator": name, "trace": os.path.basename(path).rsplit(".", 1)[0], "events": len(events)}
+        row = {"allocator": name, "trace": os.path.basename(path).rsplit(".", 1)[0], "events": len(events),
+               "busy_s": a.busy}
+        busy = torch.cuda.Stream() if a.busy > 0 else None
         for k in (1, 2):
             c0 = counters()
             torch.cuda.synchronize()
             ref = cpu_ref()
+            if busy is not None:
+                with torch.cuda.stream(busy):
+                    torch.cuda._sleep(int(a.busy * 2e9))  # cycles: about S seconds at 2 GHz
             t0 = time.perf_counter()
             replay(events, streams)
-            torch.cuda.synchronize()
+            if busy is None:
+                torch.cuda.synchronize()
+            else:
+                for s in streams:
+                    s.synchronize()  # the replay's own streams: not the busy one
             dt = time.perf_counter() - t0
             c1 = counters()
             row["us_per_event_%d" % k] = dt * 1e6 / len(events)
