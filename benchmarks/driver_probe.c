@@ -756,6 +756,41 @@ static void release_probe(size_t left_mib, size_t asz_mib) {
   if (filler) CK(cuMemFree(filler));
 }
 
+/* Whether access survives an unmap and a map of another handle, then the
+ * conversion probes (convert_probe). */
+static void remap_and_convert_probes(CUdeviceptr va) {
+  /* Access after an unmap and a map of another handle, no new set access. */
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle a, b;
+  CK(cuMemCreate(&a, (size_t)2 << 20, &prop, 0));
+  CK(cuMemCreate(&b, (size_t)2 << 20, &prop, 0));
+  CK(cuMemMap(va, (size_t)2 << 20, 0, a, 0));
+  CK(cuMemSetAccess(va, (size_t)2 << 20, &acc, 1));
+  CK(cuMemUnmap(va, (size_t)2 << 20));
+  CK(cuMemMap(va, (size_t)2 << 20, 0, b, 0));
+  CUresult r = cuMemsetD8(va, 1, (size_t)2 << 20);
+  CUresult r2 = cuCtxSynchronize();
+  printf("remap without set access: memset %d, sync %d (0 = access kept)\n",
+         (int)r, (int)r2);
+  CK(cuMemUnmap(va, (size_t)2 << 20));
+  CK(cuMemRelease(a));
+  CK(cuMemRelease(b));
+  /* A failed memset above leaves the context usable: CUDA_ERROR_ILLEGAL_ADDRESS
+   * would not, so the probe stops here in that case. */
+  if (r2 != CUDA_SUCCESS) return;
+  int offsets = offset_probe(va) == CUDA_SUCCESS;
+  for (int rep = 0; rep < 3; rep++) {
+    convert_probe(va, 16, 2, offsets);
+    convert_probe(va, 16, 4, offsets);
+    convert_probe(va, 16, 16, offsets);
+    convert_probe(va, 64, 4, offsets);
+    convert_probe(va, 256, 4, offsets);
+  }
+}
+
 int main(int argc, char **argv) {
   CK(cuInit(0));
   CUdevice dev;
@@ -808,35 +843,6 @@ int main(int argc, char **argv) {
       for (int fd = 0; fd < 2; fd++)
         for (int mode = 0; mode < 3; mode++)
           cycle(va, shapes[s].n, shapes[s].sz, fd, mode >= 1, mode >= 2);
-  /* Access after an unmap and a map of another handle, no new set access. */
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  CUmemGenericAllocationHandle a, b;
-  CK(cuMemCreate(&a, (size_t)2 << 20, &prop, 0));
-  CK(cuMemCreate(&b, (size_t)2 << 20, &prop, 0));
-  CK(cuMemMap(va, (size_t)2 << 20, 0, a, 0));
-  CK(cuMemSetAccess(va, (size_t)2 << 20, &acc, 1));
-  CK(cuMemUnmap(va, (size_t)2 << 20));
-  CK(cuMemMap(va, (size_t)2 << 20, 0, b, 0));
-  CUresult r = cuMemsetD8(va, 1, (size_t)2 << 20);
-  CUresult r2 = cuCtxSynchronize();
-  printf("remap without set access: memset %d, sync %d (0 = access kept)\n",
-         (int)r, (int)r2);
-  CK(cuMemUnmap(va, (size_t)2 << 20));
-  CK(cuMemRelease(a));
-  CK(cuMemRelease(b));
-  /* A failed memset above leaves the context usable: CUDA_ERROR_ILLEGAL_ADDRESS
-   * would not, so the probe stops here in that case. */
-  if (r2 != CUDA_SUCCESS) return 0;
-  int offsets = offset_probe(va) == CUDA_SUCCESS;
-  for (int rep = 0; rep < 3; rep++) {
-    convert_probe(va, 16, 2, offsets);
-    convert_probe(va, 16, 4, offsets);
-    convert_probe(va, 16, 16, offsets);
-    convert_probe(va, 64, 4, offsets);
-    convert_probe(va, 256, 4, offsets);
-  }
+  remap_and_convert_probes(va);
   return 0;
 }
