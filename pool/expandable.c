@@ -770,7 +770,7 @@ static int asked_lately(xs_device_t *d, size_t size) {
  * (surplus pins then within 1/XS_SETTLED_PIN_DIV of the room), or the
  * device holds more than 1/XS_SURPLUS_DIV above the live peak and at most
  * 1/XS_SURPLUS_HELD_DIV of the room and c is at most
- * 1/XS_SURPLUS_CHUNK_DIV of it, or the
+ * 1/XS_SURPLUS_CHUNK_DIV of it (1/XS_TURNED_CHUNK_DIV once turned), or the
  * peak has held and it and c leave 1/XS_ROOMY_DIV of the room free (a
  * large workload that repeats; within 1/XS_PIN_DIV of the room,
  * 1/XS_TURNED_PIN_DIV once the program has handed out XS_TURNED times
@@ -782,10 +782,10 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   const uint64_t peak = d->live_peak;
   /* Handed out since the last new start (xs_empty_cache), as the peak. */
   const uint64_t handed = xs_handed_bytes(d) - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
-  const size_t budget = room / (handed >= peak * XS_TURNED ? XS_TURNED_PIN_DIV : XS_PIN_DIV);
-  if (d->pinned[XS_PINS_SURPLUS] + c->size > budget) return 0;
+  const int turned = handed >= peak * XS_TURNED;
+  if (d->pinned[XS_PINS_SURPLUS] + c->size > room / (turned ? XS_TURNED_PIN_DIV : XS_PIN_DIV)) return 0;
   return (d->vmm.held > peak + peak / XS_SURPLUS_DIV && holds_at_most(d, XS_SURPLUS_HELD_DIV) &&
-          c->size <= room / XS_SURPLUS_CHUNK_DIV) ||
+          c->size <= room / (turned ? XS_TURNED_CHUNK_DIV : XS_SURPLUS_CHUNK_DIV)) ||
          (peak_held(d) && peak + c->size + room / XS_ROOMY_DIV <= room);
 }
 

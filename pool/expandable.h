@@ -177,6 +177,26 @@
  * workloads"). */
 #define XS_TURNED 8
 #define XS_TURNED_PIN_DIV 32
+/* ... and a turned-over workload's surplus pins may take chunks of up to
+ * 1/XS_TURNED_CHUNK_DIV of the room instead of 1/XS_SURPLUS_CHUNK_DIV:
+ * the bound was a share of the budget before the turns, and the budget
+ * has grown.  The serving trace's second pass converted a 748 MiB chunk
+ * (over 1/256 of an H200's room) for a 340 MiB request while the device
+ * held 9.5 GiB for a live peak of 7.6: with this bound it makes 3 driver
+ * calls instead of 44 and its first pass 241 instead of 317, holding
+ * 9,388 MiB instead of 9,784 (host backend, an H200's room; an H100's:
+ * 0 warm calls instead of 32, 9,624 MiB instead of 10,330).  Host min
+ * budgets did not move (filler, cap and filler with lag 4, 8 and 16, all
+ * fourteen traces): under a budget near the peak the device does not
+ * hold a surplus once it holds a sixth of the room.  Over the fourteen
+ * traces' four passes at seven rooms from 16 to 140 GiB, held peaks moved
+ * by -0.33 % to +0.29 % in sum (llm_serving +6 % with 100,000 MiB,
+ * grow_then_split +2.3 % with 64 GiB, the GPT-2 inference +64 MiB with 24
+ * GiB) and first passes took as long or less.  A bound of 1/64, half the
+ * turned budget, left llm_serving with 64 GiB of room making 38 driver
+ * calls in its fourth pass; 1/32 changed nothing more
+ * (docs/benchmarks.md, "Larger surplus pins once turned"). */
+#define XS_TURNED_CHUNK_DIV 128
 /* Settled workloads.  Once the live peak has held (risen by at most
  * 1/XS_SETTLE_RISE, device.h) while the program handed out
  * XS_SETTLE_TURNS times that peak, on a device with room for

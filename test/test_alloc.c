@@ -1876,6 +1876,56 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Once the peak has turned over, surplus pins may take handles of up to
+ * 1/128 of the room instead of 1/256 (pool/expandable.h,
+ * XS_TURNED_CHUNK_DIV): on 12,288 MiB, 96 MiB instead of 48.  After small
+ * requests that handed out 1,700 MiB: handles of 20, 30 and 50 pages (x,
+ * v, z), kept apart by live pages, freed, and 120 MiB grown beside them:
+ * 328 MiB held for a live peak of 206 is a surplus.  A 44 MiB request
+ * pins v's 30-page handle with no driver call (before the turns such a
+ * handle was converted: large_idle_handles_are_pinned_only_over_a_surplus);
+ * an 80 MiB request converts z's 50-page one, over 1/128 of the room; and
+ * once both are freed every free page is reachable again. */
+XT_TEST(turned_surplus_pins_take_larger_handles) {
+  XT_REQUIRE(t_init("host_capacity_mb:12288") == 0);
+  for (int i = 0; i < 1700; i++) {
+    char *c = xseg_malloc(MiB, 0, NULL); /* small pool: the large pool stays empty */
+    XT_REQUIRE(c);
+    XT_CHECK_EQ(xseg_free(c), 0);
+  }
+  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
+  char *v = xseg_malloc(60 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
+  char *z = xseg_malloc(100 * MiB, 0, NULL), *f3 = xseg_malloc(2 * MiB, 0, NULL);
+  XT_REQUIRE(x && f1 && v && f2 && z && f3);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  XT_CHECK_EQ(xseg_free(v), 0);
+  XT_CHECK_EQ(xseg_free(z), 0);
+  char *y = xseg_malloc(120 * MiB, 0, NULL); /* grows: nothing free is large enough */
+  XT_REQUIRE(y);
+  XT_CHECK_EQ(xseg_free(y), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 328 * MiB); /* and the small pool's page */
+  char *q = pinned_in(44 * MiB, v, 60 * MiB, 4, "a turned-over workload's 30-page handle");
+  XT_REQUIRE(q);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 16 * MiB);
+  long long conv = t_stat(0, "num_conversions");
+  char *r = alloc_in(80 * MiB, z, 100 * MiB, 5);
+  XT_REQUIRE(r);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a surplus pin took a handle over 1/128 of the room");
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(q, 44 * MiB, 4));
+  XT_CHECK(t_verify(r, 80 * MiB, 5));
+  XT_CHECK_EQ(xseg_free(q), 0);
+  XT_CHECK_EQ(xseg_free(r), 0);
+  char *big = xseg_malloc((12288 - 6) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "12282 MiB beside 6 MiB live on a 12288 MiB device: %s", xseg_last_error());
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  XT_CHECK_EQ(xseg_free(f1), 0);
+  XT_CHECK_EQ(xseg_free(f2), 0);
+  XT_CHECK_EQ(xseg_free(f3), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Settled workloads (pool/expandable.h, XS_SETTLE_TURNS): once the live
  * peak has held while the program handed out twice that peak, on a device
  * with room for twice it and for twice what the device holds, surplus pins
@@ -2103,6 +2153,7 @@ int main(void) {
   XT_RUN(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device);
   XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
+  XT_RUN(turned_surplus_pins_take_larger_handles);
   XT_RUN(a_settled_workload_pins_more);
   XT_RUN(a_large_repeating_workload_pins_within_a_quarter_of_room_free);
   XT_RUN(memory_held_by_others_counts_against_plenty);
