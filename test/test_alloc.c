@@ -1797,6 +1797,28 @@ XT_TEST(surplus_pins_stop_beyond_a_sixth_of_the_room) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Hands out 1,700 MiB through the small pool, 1 MiB at a time, leaving
+ * nothing live: on a device whose large pool holds nothing yet, the
+ * program has turned over (XS_TURNED) once its live peak stays below 212
+ * MiB. */
+static void turn_over_in_small_pool(void) {
+  for (int i = 0; i < 1700; i++) {
+    char *c = xseg_malloc(MiB, 0, NULL); /* small pool: the large pool stays empty */
+    XT_REQUIRE(c);
+    XT_CHECK_EQ(xseg_free(c), 0);
+  }
+}
+
+/* All but the live_mb MiB live of a cap_mb MiB device is reachable: one
+ * allocation of the rest succeeds (and is freed again). */
+static void rest_is_reachable(size_t cap_mb, size_t live_mb) {
+  char *big = xseg_malloc((cap_mb - live_mb) * MiB, 0, NULL);
+  XT_CHECK_MSG(big != NULL, "%zu MiB beside %zu MiB live on a %zu MiB device: %s", cap_mb - live_mb, live_mb, cap_mb,
+               xseg_last_error());
+  T_CHECK_HEAP();
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+}
+
 /* Turned-over workloads (pool/expandable.h, XS_TURNED): once the program
  * has handed out eight times its live peak, surplus pins may fill 1/32 of
  * the room instead of 1/128.  After small requests that handed out 1,700
@@ -1824,11 +1846,7 @@ static void turned_layout(char **x, char **w, char **y, char **s, char **f) {
 
 XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   XT_REQUIRE(t_init("host_capacity_mb:12288") == 0);
-  for (int i = 0; i < 1700; i++) {
-    char *c = xseg_malloc(MiB, 0, NULL); /* small pool: the large pool stays empty */
-    XT_REQUIRE(c);
-    XT_CHECK_EQ(xseg_free(c), 0);
-  }
+  turn_over_in_small_pool();
   char *x, *w, *y, *s, *f[3];
   turned_layout(&x, &w, &y, &s, f);
   XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 166 * MiB); /* and the small pool's page */
@@ -1848,10 +1866,7 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   XT_CHECK_EQ(xseg_free(q1), 0);
   XT_CHECK_EQ(xseg_free(q2), 0);
   XT_CHECK_EQ(xseg_free(r), 0);
-  char *big = xseg_malloc((12288 - 38) * MiB, 0, NULL);
-  XT_CHECK_MSG(big != NULL, "12250 MiB beside 38 MiB live on a 12288 MiB device: %s", xseg_last_error());
-  T_CHECK_HEAP();
-  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  rest_is_reachable(12288, 38);
   XT_CHECK_EQ(xseg_free(s), 0);
   for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
   /* Emptied with nothing live, the device starts again, and the turns
@@ -1888,18 +1903,16 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
  * once both are freed every free page is reachable again. */
 XT_TEST(turned_surplus_pins_take_larger_handles) {
   XT_REQUIRE(t_init("host_capacity_mb:12288") == 0);
-  for (int i = 0; i < 1700; i++) {
-    char *c = xseg_malloc(MiB, 0, NULL); /* small pool: the large pool stays empty */
-    XT_REQUIRE(c);
-    XT_CHECK_EQ(xseg_free(c), 0);
+  turn_over_in_small_pool();
+  static const size_t handle_mib[3] = {40, 60, 100}; /* x, v, z */
+  char *h[3], *f[3];
+  for (int i = 0; i < 3; i++) {
+    h[i] = xseg_malloc(handle_mib[i] * MiB, 0, NULL);
+    f[i] = xseg_malloc(2 * MiB, 0, NULL); /* a live page after each */
+    XT_REQUIRE(h[i] && f[i]);
   }
-  char *x = xseg_malloc(40 * MiB, 0, NULL), *f1 = xseg_malloc(2 * MiB, 0, NULL);
-  char *v = xseg_malloc(60 * MiB, 0, NULL), *f2 = xseg_malloc(2 * MiB, 0, NULL);
-  char *z = xseg_malloc(100 * MiB, 0, NULL), *f3 = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(x && f1 && v && f2 && z && f3);
-  XT_CHECK_EQ(xseg_free(x), 0);
-  XT_CHECK_EQ(xseg_free(v), 0);
-  XT_CHECK_EQ(xseg_free(z), 0);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(h[i]), 0);
+  char *const v = h[1], *const z = h[2];
   char *y = xseg_malloc(120 * MiB, 0, NULL); /* grows: nothing free is large enough */
   XT_REQUIRE(y);
   XT_CHECK_EQ(xseg_free(y), 0);
@@ -1916,13 +1929,8 @@ XT_TEST(turned_surplus_pins_take_larger_handles) {
   XT_CHECK(t_verify(r, 80 * MiB, 5));
   XT_CHECK_EQ(xseg_free(q), 0);
   XT_CHECK_EQ(xseg_free(r), 0);
-  char *big = xseg_malloc((12288 - 6) * MiB, 0, NULL);
-  XT_CHECK_MSG(big != NULL, "12282 MiB beside 6 MiB live on a 12288 MiB device: %s", xseg_last_error());
-  T_CHECK_HEAP();
-  if (big) XT_CHECK_EQ(xseg_free(big), 0);
-  XT_CHECK_EQ(xseg_free(f1), 0);
-  XT_CHECK_EQ(xseg_free(f2), 0);
-  XT_CHECK_EQ(xseg_free(f3), 0);
+  rest_is_reachable(12288, 6);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
@@ -1980,10 +1988,7 @@ static void settled_case(size_t cap_mb, size_t extra_mb, int churn, int expect) 
   T_CHECK_HEAP();
   /* Pinned or not, once q is freed everything but the live bytes is reachable. */
   XT_CHECK_EQ(xseg_free(q), 0);
-  char *big = xseg_malloc((cap_mb - 2 - extra_mb) * MiB, 0, NULL);
-  XT_CHECK_MSG(big != NULL, "%zu MiB beside %zu MiB live on a %zu MiB device: %s", cap_mb - 2 - extra_mb,
-               2 + extra_mb, cap_mb, xseg_last_error());
-  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  rest_is_reachable(cap_mb, 2 + extra_mb);
   if (e) XT_CHECK_EQ(xseg_free(e), 0);
   XT_CHECK_EQ(xseg_free(f1), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
