@@ -76,8 +76,8 @@ def main():
                          "cleared the memory the previous trace gave back (creates that need it wait otherwise)")
     ap.add_argument("--busy", type=float, default=0.0,
                     help="keep the GPU busy for S seconds from just before each pass, on a stream of its own "
-                         "that the pass does not wait for (a training step's kernels run while it allocates; "
-                         "an idle GPU answers driver calls more slowly)")
+                         "that the pass does not wait for, as a training step's kernels run while it allocates "
+                         "(whether driver calls cost the same beside them)")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
     torch.cuda.init()
