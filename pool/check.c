@@ -270,7 +270,8 @@ int xs_check_device(xs_device_t *d) {
                                              [XS_PINS_SURPLUS] = "the surplus-pinned bytes",
                                              [XS_PINS_ROOMY] = "the roomy-pinned bytes",
                                              [XS_PINS_EARLY] = "the early-pinned bytes",
-                                             [XS_PINS_GROWN] = "the bytes pinned in growth chunks"};
+                                             [XS_PINS_GROWN] = "the bytes pinned in growth chunks",
+                                             [XS_PINS_COVERED] = "the bytes pinned in nearly covered chunks"};
   _Static_assert(sizeof pin_budgets / sizeof pin_budgets[0] == XS_PINS, "every pin budget needs a name here");
   for (int k = 0; k < XS_PINS; k++) EQ(pin_budgets[k], d->pinned[k], t.pinned[k]);
   EQ("pending_frees", s->pending_frees.current, t.pending);

@@ -40,13 +40,15 @@
 /* The budgets a pin is charged to (xs_device_t.pinned; expandable.h says
  * how large each is): small or busy chunks, surplus chunks, small idle
  * chunks beyond the first budget while the device is roomy, large idle
- * chunks early in a run, and chunks grown ahead for several requests. */
+ * chunks early in a run, chunks grown ahead for several requests, and
+ * large chunks a settled workload's request covers but for a few pages. */
 #define XS_PINS_SHARED 0
 #define XS_PINS_SURPLUS 1
 #define XS_PINS_ROOMY 2
 #define XS_PINS_EARLY 3
 #define XS_PINS_GROWN 4
-#define XS_PINS 5
+#define XS_PINS_COVERED 5
+#define XS_PINS 6
 #define XS_NO_FIT_SLOTS 4096                   /* whole-chunk search memo slots (a power of two) */
 #define XS_ASKED_SLOTS 1024                    /* large request sizes asked for last (a power of two) */
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */

@@ -804,6 +804,17 @@ static int may_pin_early(const xs_device_t *d, const xs_chunk_t *c, size_t uncov
          d->pinned[XS_PINS_EARLY] + c->size <= room / XS_EARLY_PIN_DIV;
 }
 
+/* May a block pin large idle chunk c, charged to the covered budget,
+ * where it leaves `uncovered` bytes of c outside it: on a settled
+ * workload, where those are at most XS_COVERED_PAGES pages and at most
+ * 1/XS_COVERED_DIV of c, within 1/XS_SETTLED_PIN_DIV of the room
+ * (expandable.h).  A settled device holds at most half the room, so it
+ * is not tight. */
+static int may_pin_covered(const xs_device_t *d, const xs_chunk_t *c, size_t uncovered) {
+  return uncovered <= (size_t)XS_COVERED_PAGES * d->vmm.gran && uncovered <= c->size / XS_COVERED_DIV && settled(d) &&
+         d->pinned[XS_PINS_COVERED] + c->size <= xs_vmm_room(&d->vmm) / XS_SETTLED_PIN_DIV;
+}
+
 /* May a request of `size` bytes take fresh memory rather than wait for
  * the GPU to finish with a chunk it would convert: on a device with room
  * to spare, only while the device then holds little more than the live
@@ -835,7 +846,9 @@ static int idle_pin_budget_of(const xs_device_t *d, const xs_chunk_t *c, uintptr
   if (small_chunk(c->size, d->vmm.gran)) return idle_pin_budget(d, c);
   if (may_pin_surplus(d, c)) return XS_PINS_SURPLUS;
   const uintptr_t lo = a > c->addr ? a : c->addr, hi = a + n < c->addr + c->size ? a + n : c->addr + c->size;
-  if (may_pin_early(d, c, c->size - (hi > lo ? hi - lo : 0))) return XS_PINS_EARLY;
+  const size_t uncovered = c->size - (hi > lo ? hi - lo : 0);
+  if (may_pin_early(d, c, uncovered)) return XS_PINS_EARLY;
+  if (may_pin_covered(d, c, uncovered)) return XS_PINS_COVERED;
   return -1;
 }
 

@@ -239,6 +239,24 @@
 #define XS_SETTLE_TURNS 2
 #define XS_SETTLED_PIN_DIV 16
 #define XS_SETTLED_ROOM 2
+/* Nearly covered chunks.  On a settled workload, a request that covers
+ * all of a large idle chunk but at most XS_COVERED_PAGES pages, and at
+ * most 1/XS_COVERED_DIV of it (as a fold takes at most 1/XS_FOLD_DIV of
+ * a request), pins the chunk instead of converting it, within a budget
+ * of its own of 1/XS_SETTLED_PIN_DIV of the room: the pin strands those
+ * few pages for the block's life, where the conversion releases the
+ * whole chunk and re-makes it as dozens of handles.  The recorded
+ * GPT-2-small training's second pass with an H200's room re-made a 1,572
+ * MiB chunk as 27 handles for a 3,141 MiB request that left 7 MiB of it
+ * uncovered (the surplus budget was full); it now makes 6 driver calls
+ * instead of 92 and holds 55,370 MiB instead of 58,512 (host backend).
+ * Nothing else moved over the fourteen traces' four passes at eight
+ * rooms from 16 to 176 GiB; without the 1/64 bound, chunks of 16-128
+ * MiB were pinned too, and with 16 GiB of room grow_then_split held 11 %
+ * more and made 329 driver calls in its fourth pass instead of 113
+ * (docs/benchmarks.md, "Nearly covered chunks"). */
+#define XS_COVERED_PAGES 4
+#define XS_COVERED_DIV 64
 /* A converted chunk of more than XS_PIECE_PAGES pages becomes at most five
  * pieces, a smaller one single pages, which never convert again
  * (docs/design.md, "Handle sizing").  Pieces for chunks of 5-16 pages far

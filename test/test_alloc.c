@@ -1809,6 +1809,26 @@ static void turn_over_in_small_pool(void) {
   }
 }
 
+/* Three large handles of mib[i] MiB (h[i]), each followed by a live
+ * 2 MiB block (f[i]) that keeps it apart from the next; the handles are
+ * freed, and stay mapped as free chunks of their own.  0 if an
+ * allocation failed. */
+static int free_handles_apart(const size_t mib[3], char *h[3], char *f[3]) {
+  for (int i = 0; i < 3; i++) {
+    h[i] = xseg_malloc(mib[i] * MiB, 0, NULL);
+    f[i] = xseg_malloc(2 * MiB, 0, NULL);
+    if (!h[i] || !f[i]) return 0;
+  }
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(h[i]), 0);
+  return 1;
+}
+
+/* p's n bytes still hold fill (t_fill); then p is freed. */
+static void free_verified(char *p, size_t n, int fill) {
+  XT_CHECK(t_verify(p, n, fill));
+  XT_CHECK_EQ(xseg_free(p), 0);
+}
+
 /* All but the live_mb MiB live of a cap_mb MiB device is reachable: one
  * allocation of the rest succeeds (and is freed again). */
 static void rest_is_reachable(size_t cap_mb, size_t live_mb) {
@@ -1860,12 +1880,9 @@ XT_TEST(surplus_pins_grow_once_the_peak_has_turned_over) {
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates);
   T_CHECK_HEAP();
   /* The pins end with q1, q2 and r: everything but the 38 MiB live is reachable. */
-  XT_CHECK(t_verify(q1, 24 * MiB, 4));
-  XT_CHECK(t_verify(q2, 24 * MiB, 5));
-  XT_CHECK(t_verify(r, 30 * MiB, 6));
-  XT_CHECK_EQ(xseg_free(q1), 0);
-  XT_CHECK_EQ(xseg_free(q2), 0);
-  XT_CHECK_EQ(xseg_free(r), 0);
+  free_verified(q1, 24 * MiB, 4);
+  free_verified(q2, 24 * MiB, 5);
+  free_verified(r, 30 * MiB, 6);
   rest_is_reachable(12288, 38);
   XT_CHECK_EQ(xseg_free(s), 0);
   for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
@@ -1906,12 +1923,7 @@ XT_TEST(turned_surplus_pins_take_larger_handles) {
   turn_over_in_small_pool();
   static const size_t handle_mib[3] = {40, 60, 100}; /* x, v, z */
   char *h[3], *f[3];
-  for (int i = 0; i < 3; i++) {
-    h[i] = xseg_malloc(handle_mib[i] * MiB, 0, NULL);
-    f[i] = xseg_malloc(2 * MiB, 0, NULL); /* a live page after each */
-    XT_REQUIRE(h[i] && f[i]);
-  }
-  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(h[i]), 0);
+  XT_REQUIRE(free_handles_apart(handle_mib, h, f));
   char *const v = h[1], *const z = h[2];
   char *y = xseg_malloc(120 * MiB, 0, NULL); /* grows: nothing free is large enough */
   XT_REQUIRE(y);
@@ -2001,6 +2013,41 @@ XT_TEST(a_settled_workload_pins_more) {
   settled_case(1024, 400, 1000, SC_PIN);
   settled_case(1024, 460, 1100, SC_CONVERT); /* a peak of 522 MiB: over half the room */
   settled_case(1024, 420, 1000, SC_CONVERT); /* a peak of 482 MiB, but 522 held: over half the room */
+}
+
+/* Nearly covered chunks (pool/expandable.h, XS_COVERED_PAGES): on a
+ * settled workload a request that leaves at most 4 pages, and at most
+ * 1/64, of a large idle handle uncovered pins it in a budget of its own
+ * where the surplus budget has no room.  On 8 GiB (budgets of 512 MiB):
+ * handles of 300, 400 and 300 MiB (p1, p2, p3) apart, freed, and the
+ * workload settled by small requests; 250 MiB pins p1 in the surplus
+ * budget, 396 MiB leaves 4 MiB of p2 and pins it in the covered one, 200
+ * MiB leaves 100 MiB of p3 and converts it. */
+XT_TEST(a_settled_workload_pins_nearly_covered_handles) {
+  XT_REQUIRE(t_init("host_capacity_mb:8192") == 0);
+  static const size_t handle_mib[3] = {300, 400, 300};
+  char *h[3], *f[3];
+  XT_REQUIRE(free_handles_apart(handle_mib, h, f));
+  for (int i = 0; i < 2100; i++) { /* twice the peak of 1,006 MiB handed out: settled */
+    char *c = xseg_malloc(MiB, 0, NULL);
+    XT_REQUIRE(c);
+    XT_CHECK_EQ(xseg_free(c), 0);
+  }
+  char *a = pinned_in(250 * MiB, h[0], 300 * MiB, 4, "p1, in the surplus budget");
+  char *b = pinned_in(396 * MiB, h[1], 400 * MiB, 5, "p2, covered but for 4 MiB");
+  XT_REQUIRE(a && b);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 54 * MiB);
+  long long conv = t_stat(0, "num_conversions");
+  char *c = alloc_in(200 * MiB, h[2], 300 * MiB, 6);
+  XT_REQUIRE(c);
+  XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a handle left 100 MiB uncovered was pinned, not converted");
+  T_CHECK_HEAP();
+  free_verified(a, 250 * MiB, 4);
+  free_verified(b, 396 * MiB, 5);
+  free_verified(c, 200 * MiB, 6);
+  rest_is_reachable(8192, 6);
+  for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
 /* A workload whose peak fills more than half the room never counts as
@@ -2160,6 +2207,7 @@ int main(void) {
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(turned_surplus_pins_take_larger_handles);
   XT_RUN(a_settled_workload_pins_more);
+  XT_RUN(a_settled_workload_pins_nearly_covered_handles);
   XT_RUN(a_large_repeating_workload_pins_within_a_quarter_of_room_free);
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
