@@ -251,10 +251,11 @@
  * uncovered (the surplus budget was full); it now makes 6 driver calls
  * instead of 92 and holds 55,370 MiB instead of 58,512 (host backend).
  * Nothing else moved over the fourteen traces' four passes at eight
- * rooms from 16 to 176 GiB; without the 1/64 bound, chunks of 16-128
- * MiB were pinned too, and with 16 GiB of room grow_then_split held 11 %
- * more and made 329 driver calls in its fourth pass instead of 113
- * (docs/benchmarks.md, "Nearly covered chunks"). */
+ * rooms from 16 to 176 GiB; without the 1/64 bound (in a first version
+ * charged to the surplus budget) chunks of 16-128 MiB were pinned too,
+ * and with 16 GiB of room grow_then_split held 11 % more and made 329
+ * driver calls in its fourth pass instead of 113 (docs/benchmarks.md,
+ * "Nearly covered chunks"). */
 #define XS_COVERED_PAGES 4
 #define XS_COVERED_DIV 64
 /* A converted chunk of more than XS_PIECE_PAGES pages becomes at most five
