@@ -1937,10 +1937,8 @@ XT_TEST(turned_surplus_pins_take_larger_handles) {
   XT_REQUIRE(r);
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "a surplus pin took a handle over 1/128 of the room");
   T_CHECK_HEAP();
-  XT_CHECK(t_verify(q, 44 * MiB, 4));
-  XT_CHECK(t_verify(r, 80 * MiB, 5));
-  XT_CHECK_EQ(xseg_free(q), 0);
-  XT_CHECK_EQ(xseg_free(r), 0);
+  free_verified(q, 44 * MiB, 4);
+  free_verified(r, 80 * MiB, 5);
   rest_is_reachable(12288, 6);
   for (int i = 0; i < 3; i++) XT_CHECK_EQ(xseg_free(f[i]), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
