@@ -1058,25 +1058,24 @@ static int refill_pin(xs_device_t *d, size_t size, int lately, const xs_chunk_t 
  * places (any size, within a page) left recorded ViT training twice the
  * partly used pages at its peak, gaps under a page between live blocks
  * (docs/benchmarks.md, "Exact whole-chunk places under pressure").  While
- * memory is plentiful: while the program fills an emptied device again,
- * pin c if the request is small and c a growth chunk (refill_pin); else
- * place the request where it covers whole chunks (whole_chunk_fit); else,
- * if c would become single pages (XS_PIECE_PAGES: up to 16 handles) and a
- * pin budget allows, pin c, as for a busy chunk (idle_pin_budget: the
- * shared budget, or on a roomy device a second one; no driver call; its
- * free pages stay usable in place, and reclaimable once no block in it
- * lives); else, while the device holds well over the live peak, pin c
- * whatever its size within the surplus budget (may_pin_surplus); else,
- * early in a run, while the
- * device holds a small part of the room, pin c if it is a small part of
+ * memory is plentiful: while the program fills an emptied device again, pin
+ * c if the request is small and c a growth chunk (refill_pin); else place
+ * the request where it covers whole chunks (whole_chunk_fit); else, if c
+ * would become single pages (XS_PIECE_PAGES: up to 16 handles) and a pin
+ * budget allows, pin c, as for a busy chunk (idle_pin_budget: the shared
+ * budget, or on a roomy device a second one; no driver call; its free pages
+ * stay usable in place, and reclaimable once no block in it lives); else,
+ * while the device holds well over the live peak, pin c whatever its size
+ * within the surplus budget (may_pin_surplus); else, early in a run, while
+ * the device holds a small part of the room, pin c if it is a small part of
  * it too, or if the request leaves a small part of it uncovered
- * (may_pin_early); else, while the device is roomy
- * and holds little more than the live peak (grow_instead, XS_ROOMY_DIV
- * and XS_SLACK_DIV), or near the room at the peak of a workload that
- * fills half of it (XS_NEAR_ROOM_MIN), take fresh memory (one or two
- * handles) and leave c whole for a request of its own size.  1: *f holds
- * the new place; 0: convert after all; -1: a growth attempt failed and may
- * have moved pages, look again. */
+ * (may_pin_early); else, while the device is roomy and holds little more
+ * than the live peak (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), or near
+ * the room at the peak of a workload that fills half of it
+ * (XS_NEAR_ROOM_MIN), take fresh memory (one or two handles) and leave c
+ * whole for a request of its own size.  1: *f holds the new place; 0:
+ * convert after all; -1: a growth attempt failed and may have moved
+ * pages, look again. */
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, int lately, xs_chunk_t *c,
                             xs_block_t *first, xs_fit_t *f) {
   if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, lately, f);

@@ -401,16 +401,16 @@
  * ResNet-50 17.3 -> 13.3, the GPT-2 inference 2.4 -> 1.0; llm_serving 7.6
  * -> 8.8 and rmm_uniform 7.3 -> 7.7 slower), with an H100's 247.8 instead
  * of 277.4 (252.9 with the small idle pins below).  Below 64 GiB of
- * room nothing changes, so no min budget of a shipped trace moves.
- * Costs: the recorded training trace held 14,276 MiB from its second pass
- * instead of 12,704 (a 1,570 MiB request found no free range long enough,
- * though no chunk was pinned then; 12,704 again since the refill below),
- * and with an H100's room the GPT-2-small training's second pass makes
- * 584 driver calls instead of 64 (1.5 per 100 events).  Budgets of 1/256 and 1/512
- * gained less (0.93-0.98 of the base's time) and cost the same on the
- * training trace; 1/64 held up to 17 % more on grow_then_split; chunks of
- * 16-32 MiB or requests of up to a half or a quarter of them gained less;
- * growth chunks only while the pool packs, or never then, gained less
+ * room nothing changes, so no min budget of a shipped trace moves. Costs:
+ * the recorded training trace held 14,276 MiB from its second pass instead
+ * of 12,704 (a 1,570 MiB request found no free range long enough, though no
+ * chunk was pinned then; 12,704 again since the refill below), and with an
+ * H100's room the GPT-2-small training's second pass makes 584 driver calls
+ * instead of 64 (1.5 per 100 events).  Budgets of 1/256 and 1/512 gained
+ * less (0.93-0.98 of the base's time) and cost the same on the training
+ * trace; 1/64 held up to 17 % more on grow_then_split; chunks of 16-32 MiB
+ * or requests of up to a half or a quarter of them gained less; growth
+ * chunks only while the pool packs, or never then, gained less
  * (docs/benchmarks.md, "Growth chunks").
  * A small idle chunk that neither the shared nor the roomy budget has
  * room for may be pinned in what growth chunks leave of theirs: with an
@@ -428,7 +428,7 @@
  * again, without empty_cache), until the live bytes reach
  * 1/XS_REFILL_PEAK_DIV of the live peak, a request of a size asked for
  * lately, of at most 1/XS_GROWN_SPAN of a growth chunk, whose best fit
- * covers part of an idle chunk of XS_GROWN_CHUNK bytes pins that chunk
+ * covers part of an idle growth chunk (xs_chunk_t.grown) pins that chunk
  * again in the growth chunks' budget, as it did when the chunk was grown,
  * instead of looking over the device for a run of whole chunks that fits
  * it exactly; only while the device holds at most
