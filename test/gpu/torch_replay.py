@@ -42,7 +42,9 @@ is initialised), so one run measures one allocator:
 
 With --at SPEC nothing is bisected: each trace is replayed --repeat times
 (3) under one budget, a factor of its peak, and the seconds each replay
-took are printed (the budget goal of docs/benchmarks.md: xseg at 1.02
+took are printed, whole (setting the budget, a filler's allocation and its
+release included) and for its events alone (from the first to the end of
+the last one's stream work) (the budget goal of docs/benchmarks.md: xseg at 1.02
 against PyTorch's expandable segments at the smallest budget they survive).
 SPEC is a factor for every trace, or NAME:FACTOR pairs separated by commas,
 with *:FACTOR for the traces not named.
@@ -170,7 +172,10 @@ class Replayer:
         return self.torch.cuda.max_memory_reserved(0)
 
     def replay(self, events, budget):
-        """True if every allocation succeeded under `budget` bytes."""
+        """True if every allocation succeeded under `budget` bytes.  Sets
+        self.events_s: the seconds from the first event to the end of the
+        last one's stream work (what --at reports beside the whole replay,
+        which also sets the budget and frees and empties afterwards)."""
         torch = self.torch
         self.empty()
         self.set_budget(budget)
@@ -179,6 +184,8 @@ class Replayer:
         ok = True
         empty = torch.empty
         u8 = torch.uint8
+        t0 = time.perf_counter()
+        self.events_s = None
         try:
             for op, ident, size, sn in events:
                 if op:
@@ -195,6 +202,8 @@ class Replayer:
                 except (torch.cuda.OutOfMemoryError, RuntimeError):
                     ok = False
                     break
+            torch.cuda.synchronize()
+            self.events_s = time.perf_counter() - t0
         finally:
             live.clear()
             self.empty()
@@ -285,7 +294,7 @@ def driver_counts(r):
     if r.xs is None:
         return {}
     return xseg_driver_counts(r.xs.xseg_stats(0), ("num_create_refused", "num_map_refused", "num_create_waits",
-                                                    "time_paced_ns"))
+                                                    "time_paced_ns", "num_looks", "time_look_ns"))
 
 
 def timed_at(a):
@@ -302,22 +311,24 @@ def timed_at(a):
             raise SystemExit("torch_replay.py: --at names no factor for %s (add *:FACTOR)" % name)
         events, peak = parse_trace(path)
         budget = -(-int(peak * f) // MIB) * MIB
-        runs, calls = [], []
+        runs, calls, evs = [], [], []
         for _ in range(a.repeat):
             before = driver_counts(r)
             t0 = time.time()
             ok = r.replay(events, budget)
             runs.append((round(time.time() - t0, 3), ok))
+            evs.append(round(r.events_s, 4) if r.events_s is not None else None)
             calls.append({k: v - before.get(k, 0) for k, v in driver_counts(r).items()})
         # Under xseg: the driver's time and the calls it refused, per replay.
-        extra = "".join("  [driver %.0f ms, refused: %d creates, %d maps; %d creates waited, %.0f ms paced]" % (
+        extra = "".join("  [driver %.0f ms, refused: %d creates, %d maps; %d creates waited, %.0f ms paced;"
+                        " %d looks, %.0f ms]" % (
             c["driver_ns"] / 1e6, c["num_create_refused"], c["num_map_refused"], c["num_create_waits"],
-            c["time_paced_ns"] / 1e6) for c in calls if c)
-        print("%-22s at %.4f (%6d MiB): %s%s" % (name, f, budget // MIB,
-                                                " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs),
-                                                extra), flush=True)
+            c["time_paced_ns"] / 1e6, c["num_looks"], c["time_look_ns"] / 1e6) for c in calls if c)
+        print("%-22s at %.4f (%6d MiB): %s; events alone %s%s" % (
+            name, f, budget // MIB, " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs),
+            " ".join("%.4f" % e if e is not None else "-" for e in evs), extra), flush=True)
         results.append({"trace": name, "factor": f, "budget_bytes": budget, "seconds": [t for t, _ in runs],
-                        "ok": [ok for _, ok in runs], "driver": calls})
+                        "events_seconds": evs, "ok": [ok for _, ok in runs], "driver": calls})
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"allocator": a.allocator, "budget": a.budget, "results": results}, fh, indent=1)
