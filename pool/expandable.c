@@ -445,7 +445,14 @@ static int pack_places(const xs_device_t *d, int cls) {
 }
 
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {
-  if (xs_live_bytes(d) == 0 && d->vmm.held > 0) d->refilling = 1; /* refill_pin */
+  /* Nothing live: the program starts again.  The small pool packs again,
+   * as after a new start (XS_PACK_DIV), and the large pool refills its
+   * growth chunks (refill_pin); the large pool keeps what it learned
+   * (expandable.h, XS_REFILL_PEAK_DIV). */
+  if (xs_live_bytes(d) == 0 && d->vmm.held > 0) {
+    d->pack_base[XS_SMALL] = d->handed[XS_SMALL];
+    d->refilling = 1;
+  }
   if (b->seg->pool->cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
   const uint64_t n = ++d->large_frees;
   if (b->alone_since) {

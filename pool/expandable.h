@@ -366,9 +366,17 @@
  * out have come back: what a program allocates before it frees anything is
  * mostly state that lives to the end, such as a model's weights
  * (docs/design.md, "Placement").  The count starts again when the cache is
- * emptied (xseg_empty_cache) with nothing live: that is a new start.  Not
- * merely whenever nothing is live: random traces pass through that early
- * on, and packing after it cost them (logrand 1.0105 -> 1.0131). */
+ * emptied (xseg_empty_cache) with nothing live: that is a new start.  The
+ * small pool's count starts again too whenever a free leaves nothing live
+ * (exp_note_free): a program that runs its workload again without
+ * empty_cache then packs its small blocks as the first run did, where
+ * they had been placed as on a pool that no longer packs (recorded ViT
+ * training's second run grew six small pages, 18 driver calls; none since,
+ * and no host min budget moved).  Not the large pool's: random traces pass
+ * through nothing live early on, and packing after it cost them (logrand
+ * 1.0105 -> 1.0131); with an H100's room the GPT-2-small training's second
+ * run then made 538 driver calls instead of 163 (docs/benchmarks.md,
+ * "Refilling an emptied device"). */
 #define XS_PACK_DIV 16
 /* Growing ahead of the GPU.  A request whose place covers in part a large
  * free chunk that the GPU may still be using pins it within the pin
@@ -439,7 +447,8 @@
  * 5.6 GiB its largest blocks had used, and a 1,570 MiB request grew
  * (14,276 MiB held from the second pass on against 12,704 in the first;
  * PyTorch's default allocator holds 12,758).  With this, 12,704 on every
- * pass (docs/benchmarks.md, "Refilling an emptied device"). */
+ * pass (docs/benchmarks.md, "Refilling an emptied device").  The small
+ * pool packs again then (XS_PACK_DIV). */
 #define XS_REFILL_PEAK_DIV 2
 
 /* Shared pages that empty together.  Of two large blocks that shared a
