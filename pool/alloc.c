@@ -430,6 +430,7 @@ int xs_empty_cache(xs_device_t *d) {
   const int new_start = d->stats.allocated_bytes[XS_STAT_ALL].current == 0;
   if (new_start) {
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];
+    d->start_handed = xs_handed_bytes(d);
     d->live_peak = 0;
     d->peak_step = 0;
     d->refilling = 0;

@@ -178,7 +178,8 @@ struct xs_device_s {
    * (expandable.c, XS_PACK_DIV): the allocator's own, so that resetting
    * the user's statistics changes nothing. */
   uint64_t handed[XS_NCLASS], returned[XS_NCLASS];
-  uint64_t pack_base[XS_NCLASS]; /* handed[class] at the last restart */
+  uint64_t pack_base[XS_NCLASS]; /* handed[class] when its packing count last started (expandable.c, packing) */
+  uint64_t start_handed;         /* xs_handed_bytes at the last new start */
   /* Frees of large blocks, and of the pages two large blocks shared, how
    * often the second went within XS_TOGETHER_FREES frees of the first
    * (together) or not (apart): the placement rule's evidence (expandable.c). */

@@ -790,7 +790,7 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
   if (settled(d)) return d->pinned[XS_PINS_SURPLUS] + c->size <= room / XS_SETTLED_PIN_DIV;
   const uint64_t peak = d->live_peak;
   /* Handed out since the last new start (xs_empty_cache), as the peak. */
-  const uint64_t handed = xs_handed_bytes(d) - d->pack_base[XS_SMALL] - d->pack_base[XS_LARGE];
+  const uint64_t handed = xs_handed_bytes(d) - d->start_handed;
   const int turned = handed >= peak * XS_TURNED;
   if (d->pinned[XS_PINS_SURPLUS] + c->size > room / (turned ? XS_TURNED_PIN_DIV : XS_PIN_DIV)) return 0;
   return (d->vmm.held > peak + peak / XS_SURPLUS_DIV && holds_at_most(d, XS_SURPLUS_HELD_DIV) &&

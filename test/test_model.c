@@ -491,6 +491,19 @@ static int size_ok(const mblk_t *b) {
   return extra <= (b->r > BIN_MAX_SPLIT - 2 * MiB ? XS_OVERSIZE_SLACK : MiB);
 }
 
+/* The pool a new block of `size` bytes (rounded r, block bytes n) counts
+ * in: 1 large, 0 small.  A small request may lie in the free bytes of a
+ * large page, on a small device while the small pool packs, and counts in
+ * the large pool's statistics there (expandable.c, small_in_gap); a large
+ * one never lies in the small pool. */
+static int block_class(size_t size, size_t r, size_t n, int64_t before_large) {
+  const int in_large = g_dev->stats.allocated_bytes[XS_STAT_LARGE].current > before_large;
+  M_CHECK(in_large || r <= MiB, "malloc(%zu): a large request counted in the small pool", size);
+  M_CHECK(!in_large || r > MiB || (M.cfg->expandable && n == r),
+          "malloc(%zu): a small request in the large pool as %zu bytes", size, n);
+  return r > MiB || in_large;
+}
+
 static void live_remove(int li) {
   int last = M.live[--M.nlive];
   M.live[li] = last;
@@ -583,6 +596,7 @@ static void op_malloc(size_t size, int owner) {
   size_t r = m_round(size);
   HIST("%ld malloc(%zu) on stream %d, rounded %zu%s", g_step, size, owner, r, fault_on() ? " [fault]" : "");
   int64_t before = g_dev->stats.allocated_bytes[XS_STAT_ALL].current;
+  const int64_t before_large = g_dev->stats.allocated_bytes[XS_STAT_LARGE].current;
   void *p = xseg_malloc(size, 0, g_streams[owner]);
   int code = p ? 0 : xseg_last_error_code();
   if (r != 0 && M.npend) m_process();
@@ -625,7 +639,7 @@ static void op_malloc(size_t size, int owner) {
   b->r = r;
   b->size = (size_t)(g_dev->stats.allocated_bytes[XS_STAT_ALL].current - before);
   b->tag = ++M.tag;
-  b->cls = r > MiB;
+  b->cls = block_class(size, r, b->size, before_large);
   M_CHECK(size_ok(b), "malloc(%zu) = %p: a block of %zu bytes for %zu rounded (%s pool)", size, p, b->size, r,
           b->cls ? "large" : "small");
   if (!size_ok(b)) b->size = r;
