@@ -1044,6 +1044,10 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * program fills an emptied device again (XS_REFILL_PEAK_DIV in
  * expandable.h)?  Ends the refill once the live bytes reach its share of
  * the peak. */
+static int refill_room(const xs_device_t *d, const xs_chunk_t *c) {
+  return holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && grown_budget_has(d, c->size);
+}
+
 static int refill_pin(xs_device_t *d, size_t size, int lately, const xs_chunk_t *c) {
   if (!d->refilling) return 0;
   if (xs_live_bytes(d) >= d->live_peak / XS_REFILL_PEAK_DIV) {
@@ -1051,9 +1055,7 @@ static int refill_pin(xs_device_t *d, size_t size, int lately, const xs_chunk_t 
     return 0;
   }
   if (!lately || !c->grown || size > XS_GROWN_CHUNK / XS_GROWN_SPAN) return 0;
-  int ok = holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && grown_budget_has(d, c->size);
-  if (ok && fresh_look(d)) ok = holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && grown_budget_has(d, c->size);
-  return ok;
+  return refill_room(d, c) && (!fresh_look(d) || refill_room(d, c));
 }
 
 /* The request's best fit would cover large free chunk c in part, and
