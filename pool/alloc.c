@@ -68,6 +68,9 @@ void xs_device_destroy(xs_device_t *d) {
   free(d->privs);
   xs_ptrmap_destroy(&d->live);
   xs_slab_destroy(&d->slab);
+  free(d->rerun.rec.at);
+  free(d->rerun.guide.at);
+  free(d->rerun.older.at);
 }
 
 /* The state of stream s in private pool `pool` (0: the device's own),
@@ -437,6 +440,10 @@ int xs_empty_cache(xs_device_t *d) {
     d->together = d->apart = 0;
     memset(d->no_fit, 0, sizeof d->no_fit);
     memset(d->asked, 0, sizeof d->asked);
+    xs_rerun_t *r = &d->rerun;
+    r->rec.n = r->guide.n = r->older.n = r->next = 0;
+    r->following = 0;
+    memset(r->rec.pinned, 0, sizeof r->rec.pinned);
   }
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);

@@ -109,6 +109,30 @@ typedef struct xs_pending_s {
   xseg_stream_t s;
 } xs_pending_t;
 
+/* The layouts of the last runs (expandable.c, "Running again"; XS_RERUN_*
+ * in expandable.h).  A run starts at a new start or when a free leaves
+ * nothing live.  Each run's log holds where its large requests went, in
+ * order, and the most each pin budget held. */
+typedef struct xs_place_s {
+  uintptr_t addr; /* the block's start; its low bits (below XS_ALIGN) hold the pin budget + 1, 0: no pin */
+  uint32_t size;  /* the request, in XS_ALIGN units */
+  uint32_t take;  /* what it took, in XS_ALIGN units */
+} xs_place_t;
+
+typedef struct xs_runlog_s {
+  xs_place_t *at;          /* XS_RERUN_CAP places, allocated on first use */
+  uint32_t n;
+  size_t pinned[XS_PINS];  /* the most bytes pinned in each budget during the run */
+} xs_runlog_t;
+
+typedef struct xs_rerun_s {
+  xs_runlog_t rec;         /* this run */
+  xs_runlog_t guide;       /* the last run: this one follows it while its requests come in the same sizes */
+  xs_runlog_t older;       /* the run before, followed instead if it began as this one does (runs alternate) */
+  uint32_t next;           /* the guide's place for the next large request */
+  int following;           /* 1: the guide is followed; 0: this run has diverged from it, or not begun */
+} xs_rerun_t;
+
 /* ---- the strategy interface -------------------------------------------------------- */
 
 /* Where a request goes: [addr, addr + take) of free mapped block b. */
@@ -204,6 +228,7 @@ struct xs_device_s {
    * the first whole-chunk place (expandable.c, asked_lately); 8 KiB.
    * Both are cleared at a new start (xs_empty_cache). */
   uint64_t asked[XS_ASKED_SLOTS];
+  xs_rerun_t rerun;            /* the last run's layout (expandable.c), dropped at a new start */
   xs_private_t *privs;         /* private pools */
   size_t nprivs, cappriv;
   int next_pool;               /* id of the next private pool - 1 */

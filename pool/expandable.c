@@ -37,6 +37,7 @@
  * the release policy, records it and tries again later without waiting.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "device.h"
 #include "expandable.h"
@@ -444,6 +445,25 @@ static int pack_places(const xs_device_t *d, int cls) {
   return packing(d, cls) || (cls == XS_LARGE && t + a >= XS_TOGETHER_MIN && a * XS_TOGETHER_DIV < t + a);
 }
 
+/* A free left nothing live: this run's log becomes the guide of the next.
+ * It replaces the log it followed, if it followed one from its first
+ * request; else the guide becomes the older log (runs of two kinds that
+ * alternate keep one of each). */
+static void rerun_turn(xs_device_t *d) {
+  xs_rerun_t *r = &d->rerun;
+  xs_runlog_t spare;
+  if (r->next > 0) {
+    spare = r->guide;
+  } else {
+    spare = r->older;
+    r->older = r->guide;
+  }
+  r->guide = r->rec;
+  r->rec = (xs_runlog_t){spare.at, 0, {0}};
+  r->next = 0;
+  r->following = 1;
+}
+
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {
   /* Nothing live: the program starts again.  The small pool packs again,
    * as after a new start (XS_PACK_DIV), and the large pool refills its
@@ -452,6 +472,7 @@ static void exp_note_free(xs_device_t *d, xs_block_t *b) {
   if (xs_live_bytes(d) == 0 && d->vmm.held > 0) {
     d->pack_base[XS_SMALL] = d->handed[XS_SMALL];
     d->refilling = 1;
+    rerun_turn(d);
   }
   if (b->seg->pool->cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
   const uint64_t n = ++d->large_frees;
@@ -1182,9 +1203,100 @@ static int small_may_share(const xs_device_t *d) {
   return xs_vmm_room(&d->vmm) <= (size_t)XS_GAP_ROOM_PAGES * d->vmm.gran && packing(d, XS_SMALL);
 }
 
+/* ---- running again: the last run's layout (XS_RERUN_* in expandable.h) ------------------- */
+
+/* Large request of `size` bytes placed at *f: note it in this run's log. */
+static void rerun_note(xs_device_t *d, size_t size, const xs_fit_t *f) {
+  xs_runlog_t *l = &d->rerun.rec;
+  if (l->n >= XS_RERUN_CAP || size / XS_ALIGN > UINT32_MAX || f->take / XS_ALIGN > UINT32_MAX) return;
+  if (!l->at && !(l->at = malloc(XS_RERUN_CAP * sizeof *l->at))) return; /* then not followed: no harm */
+  uintptr_t tag = 0;
+  if (f->pin) {
+    const size_t pinned = d->pinned[f->budget] + f->pin->size;
+    if (pinned > l->pinned[f->budget]) l->pinned[f->budget] = pinned;
+    tag = (uintptr_t)f->budget + 1;
+  }
+  l->at[l->n++] = (xs_place_t){f->addr | tag, (uint32_t)(size / XS_ALIGN), (uint32_t)(f->take / XS_ALIGN)};
+}
+
+/* The free mapped block of pool p that holds [a, a + n): looked for among
+ * the XS_RERUN_LOOK blocks up from n in size (a hole the size of the
+ * request) and the XS_RERUN_LOOK largest (the free range a run carves
+ * from); NULL if neither holds it. */
+static xs_block_t *rerun_block(const xs_pool_t *p, uintptr_t a, size_t n) {
+  xs_block_t *b = xs_tree_lower_bound(&p->free, n);
+  for (int k = 0; b && k < XS_RERUN_LOOK; k++, b = xs_tree_next(b))
+    if (b->addr <= a && xs_block_end(b) >= a + n) return b;
+  b = xs_tree_last(&p->free);
+  for (int k = 0; b && k < XS_RERUN_LOOK && b->size >= n; k++, b = xs_tree_prev(b))
+    if (b->addr <= a && xs_block_end(b) >= a + n) return b;
+  return NULL;
+}
+
+/* The budget a followed place that covers idle chunk c in part pins it
+ * in: the one it was charged to last time, within what that budget held
+ * then; else any the usual rules allow (c was made later in the last
+ * run, over places it had taken fresh); never under pressure.  -1: none. */
+static int rerun_budget(const xs_device_t *d, const xs_chunk_t *c, int budget, uintptr_t a, size_t n) {
+  if (tight(d)) return -1;
+  if (budget >= 0 && d->pinned[budget] + c->size <= d->rerun.guide.pinned[budget]) return budget;
+  return idle_pin_budget_of(d, c, a, n);
+}
+
+/* Where the last run's request of this ordinal went, if this one has its
+ * size and that place is free and mapped in pool p, pinning an idle chunk
+ * it covers in part only within a budget (rerun_budget): 1 and *out set;
+ * else 0, and the usual path places the request.  A run's first request
+ * picks the log to follow: the last run's, or the one before if only that
+ * one began with this size.  A request of another size ends the following
+ * until the next run. */
+static int rerun_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
+  xs_rerun_t *r = &d->rerun;
+  if (!r->following) return 0;
+  if (r->next == 0 && (!r->guide.n || (size_t)r->guide.at[0].size * XS_ALIGN != size) && r->older.n &&
+      (size_t)r->older.at[0].size * XS_ALIGN == size) {
+    const xs_runlog_t t = r->guide;
+    r->guide = r->older;
+    r->older = t;
+  }
+  if (r->next >= r->guide.n || (size_t)r->guide.at[r->next].size * XS_ALIGN != size) {
+    r->following = 0; /* another workload, or the same one taking another path */
+    return 0;
+  }
+  const xs_place_t e = r->guide.at[r->next++];
+  const uintptr_t a = e.addr & ~(uintptr_t)(XS_ALIGN - 1);
+  const size_t take = (size_t)e.take * XS_ALIGN;
+  const int budget = (int)(e.addr & (XS_ALIGN - 1)) - 1;
+  xs_block_t *b = rerun_block(p, a, take);
+  if (!b || (size < d->max_split && b->size >= d->max_split)) return 0;
+  *out = (xs_fit_t){b, a, take, pins_big(d, b, a, take), budget};
+  if (!out->pin) return 1;
+  out->budget = rerun_budget(d, out->pin, budget, a, take);
+  if (out->budget >= 0 && fresh_look(d)) out->budget = rerun_budget(d, out->pin, budget, a, take);
+  return out->budget >= 0;
+}
+
+static int place_request(xs_device_t *d, xs_pool_t *p, size_t size, int lately, xs_fit_t *out);
+
 static int exp_acquire(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
+  if (p->cls != XS_LARGE) return place_request(d, p, size, 0, out);
+  const int lately = asked_lately(d, size);
+  if (rerun_fit(d, p, size, out)) {
+    if (xs_slab_reserve(&d->slab, 2) != 0) {
+      xs_error(XSEG_ENOMEM, "xseg: out of host memory for the allocator's bookkeeping");
+      return XS_FAILED;
+    }
+  } else {
+    int rc = place_request(d, p, size, lately, out);
+    if (rc != 0) return rc;
+  }
+  rerun_note(d, size, out);
+  return 0;
+}
+
+/* A place for `size` bytes in pool p by the usual rules (exp_acquire). */
+static int place_request(xs_device_t *d, xs_pool_t *p, size_t size, int lately, xs_fit_t *out) {
   int may_grow = 1; /* may take fresh memory rather than wait for the GPU or convert */
-  const int lately = p->cls == XS_LARGE && asked_lately(d, size);
   for (;;) {
     xs_fit_t f = {xs_pool_fit(d, p, size), 0, size, NULL, 0};
     xs_block_t *const first = f.b; /* the smallest free block that fits: where the whole-chunk search starts */

@@ -450,6 +450,13 @@
  * pass (docs/benchmarks.md, "Refilling an emptied device").  The small
  * pool packs again then (XS_PACK_DIV). */
 #define XS_REFILL_PEAK_DIV 2
+/* Running again.  Each large request's place is recorded, up to
+ * XS_RERUN_CAP a run (16 bytes each, on first use); once a free leaves
+ * nothing live, the next run's requests take the places of the last run's
+ * requests of the same ordinal while their sizes match, where that place
+ * is free and mapped (looked for among XS_RERUN_LOOK free blocks). */
+#define XS_RERUN_CAP 32768
+#define XS_RERUN_LOOK 32
 
 /* Shared pages that empty together.  Of two large blocks that shared a
  * page, the one freed second is counted together if it went within

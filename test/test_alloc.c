@@ -2069,6 +2069,101 @@ XT_TEST(a_large_repeating_workload_pins_within_a_quarter_of_room_free) {
   settled_case(2048, 1440, 12100, SC_GROW);
 }
 
+/* Running again (pool/expandable.h, XS_RERUN_*).  One run of a small
+ * workload: six steps of ten large requests of sizes drawn from `seed`
+ * (1-200 MiB, not whole pages), each step freeing every other block it
+ * made and the oldest survivors, then everything; `diverge` >= 0 asks
+ * 3 MiB more at that request.  Writes each block's address in order into
+ * out[] and checks every block's first bytes before it is freed (no two
+ * live blocks overlap).  Returns the number of requests, or -1. */
+enum { RERUN_N = 60 };
+
+static int rerun_workload(uint64_t seed, int diverge, char **out) {
+  char *live[RERUN_N];
+  size_t lsize[RERUN_N];
+  int nl = 0, n = 0;
+  uint64_t x = seed;
+  for (int step = 0; step < 6; step++) {
+    for (int i = 0; i < 10; i++, n++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      size_t size = (1 + (x >> 33) % 200) * MiB + ((x >> 20) % 7) * 4096;
+      if (n == diverge) size += 3 * MiB;
+      char *p = xseg_malloc(size, 0, NULL);
+      if (!p) return -1;
+      t_fill(p, 4096, (uint64_t)(uintptr_t)p);
+      out[n] = live[nl] = p;
+      lsize[nl++] = size;
+    }
+    /* Free every other block of this step, and the oldest survivor. */
+    int k = 0;
+    for (int i = 0; i < nl; i++) {
+      const int drop = (i >= nl - 10 && (i & 1)) || i == 0;
+      if (drop) {
+        XT_CHECK(t_verify(live[i], 4096, (uint64_t)(uintptr_t)live[i]));
+        XT_CHECK_EQ(xseg_free(live[i]), 0);
+      } else {
+        live[k] = live[i];
+        lsize[k++] = lsize[i];
+      }
+    }
+    nl = k;
+  }
+  for (int i = nl - 1; i >= 0; i--) {
+    XT_CHECK(t_verify(live[i], 4096, (uint64_t)(uintptr_t)live[i]));
+    XT_CHECK_EQ(xseg_free(live[i]), 0);
+  }
+  return n;
+}
+
+static uint64_t rerun_calls(void) {
+  const xs_host_counters_t c = t_counters();
+  return c.calls[XS_CALL_CREATE] + c.calls[XS_CALL_RELEASE] + c.calls[XS_CALL_MAP] + c.calls[XS_CALL_UNMAP] +
+         c.calls[XS_CALL_SET_ACCESS];
+}
+
+static int same_places(char *const *a, char *const *b, int n) {
+  int k = 0;
+  while (k < n && a[k] == b[k]) k++;
+  return k;
+}
+
+/* A workload run again after it freed everything (no empty_cache) takes
+ * its first run's places and calls the driver no more; a run of another
+ * workload between two runs of the first leaves the first's places to
+ * its next run; a run that asks another size part way takes the first
+ * run's places up to there and places the rest as usual; after a new
+ * start (empty_cache with nothing live) nothing is followed. */
+XT_TEST(a_workload_run_again_takes_its_last_places) {
+  XT_REQUIRE(t_init("host_capacity_mb:81920") == 0);
+  static char *first[RERUN_N], *again[RERUN_N], *other[RERUN_N];
+  XT_REQUIRE(rerun_workload(1, -1, first) == RERUN_N);
+  const uint64_t calls0 = rerun_calls();
+  XT_CHECK(calls0 > 0);
+  XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
+  XT_CHECK_EQ(same_places(first, again, RERUN_N), RERUN_N);
+  XT_CHECK_EQ(rerun_calls(), calls0);
+  /* Another workload, then the first again. */
+  XT_REQUIRE(rerun_workload(2, -1, other) == RERUN_N);
+  XT_CHECK_MSG(same_places(first, other, RERUN_N) < RERUN_N, "the other workload took the first one's places");
+  XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
+  XT_CHECK_EQ(same_places(first, again, RERUN_N), RERUN_N);
+  T_CHECK_HEAP();
+  /* The first workload, asking 3 MiB more at request 25. */
+  XT_REQUIRE(rerun_workload(1, 25, again) == RERUN_N);
+  XT_CHECK(same_places(first, again, RERUN_N) >= 25); /* later places may agree by chance */
+  T_CHECK_HEAP();
+  /* Its next run follows the diverged run, from the first request on. */
+  XT_REQUIRE(rerun_workload(1, 25, other) == RERUN_N);
+  XT_CHECK_EQ(same_places(again, other, RERUN_N), RERUN_N);
+  /* A new start: the memory goes back, and the run grows from empty. */
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  const uint64_t calls1 = rerun_calls();
+  XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
+  XT_CHECK(rerun_calls() > calls1);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
  * request whose best fit covers part of a large free handle takes fresh
  * memory when the device is roomy, holdings stay within a thirty-second
@@ -2213,6 +2308,7 @@ int main(void) {
   XT_RUN(a_settled_workload_pins_more);
   XT_RUN(a_settled_workload_pins_nearly_covered_handles);
   XT_RUN(a_large_repeating_workload_pins_within_a_quarter_of_room_free);
+  XT_RUN(a_workload_run_again_takes_its_last_places);
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
   XT_RUN(coalescing_survives_refused_calls);
