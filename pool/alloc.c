@@ -50,6 +50,7 @@ int xs_device_init(xs_device_t *d, xs_backend_t *be, int id, const xs_config_t *
   d->max_split = cfg->max_split_size ? cfg->max_split_size : d->strat->auto_max_split;
   if (xs_ptrmap_init(&d->live, 1024) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   d->trim_floor = 0;
+  d->rerun.guide = -1; /* nothing to follow until a run ends (expandable.c, rerun_turn) */
   return 0;
 }
 
@@ -69,8 +70,7 @@ void xs_device_destroy(xs_device_t *d) {
   xs_ptrmap_destroy(&d->live);
   xs_slab_destroy(&d->slab);
   free(d->rerun.rec.at);
-  free(d->rerun.guide.at);
-  free(d->rerun.older.at);
+  for (int i = 0; i < XS_RERUN_LOGS; i++) free(d->rerun.logs[i].at);
 }
 
 /* The state of stream s in private pool `pool` (0: the device's own),
@@ -441,9 +441,12 @@ int xs_empty_cache(xs_device_t *d) {
     memset(d->no_fit, 0, sizeof d->no_fit);
     memset(d->asked, 0, sizeof d->asked);
     xs_rerun_t *r = &d->rerun;
-    r->rec.n = r->guide.n = r->older.n = r->next = 0;
-    r->following = 0;
+    r->rec.n = 0;
     memset(r->rec.pinned, 0, sizeof r->rec.pinned);
+    for (int i = 0; i < XS_RERUN_LOGS; i++) r->logs[i].n = 0;
+    r->guide = -1;
+    r->following = 0;
+    r->next = 0;
   }
   if (d->npending) xs_process_events(d);
   if (d->vmm.stuck) xs_vmm_unstick(&d->vmm);

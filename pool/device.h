@@ -51,6 +51,7 @@
 #define XS_PINS 6
 #define XS_NO_FIT_SLOTS 4096                   /* whole-chunk search memo slots (a power of two) */
 #define XS_ASKED_SLOTS 1024                    /* large request sizes asked for last (a power of two) */
+#define XS_RERUN_LOGS 4                        /* runs whose layouts are kept (expandable.h, XS_RERUN_*) */
 #define XS_SETTLE_RISE 64 /* the live peak rose by more than 1/64: a new step (peak_step) */
 #define XS_BINNED_SMALL_SEG ((size_t)2 << 20)  /* binned: small segments */
 #define XS_BINNED_MID_SEG ((size_t)20 << 20)   /* binned: segments for 1-10 MiB */
@@ -111,7 +112,7 @@ typedef struct xs_pending_s {
 
 /* The layouts of the last runs (expandable.c, "Running again"; XS_RERUN_*
  * in expandable.h).  A run starts at a new start or when a free leaves
- * nothing live.  Each run's log holds where its large requests went, in
+ * nothing live.  A run's log holds where its large requests went, in
  * order, and the most each pin budget held. */
 typedef struct xs_place_s {
   uintptr_t addr; /* the block's start; its low bits (below XS_ALIGN) hold the pin budget + 1, 0: no pin */
@@ -120,17 +121,17 @@ typedef struct xs_place_s {
 } xs_place_t;
 
 typedef struct xs_runlog_s {
-  xs_place_t *at;          /* XS_RERUN_CAP places, allocated on first use */
-  uint32_t n;
+  xs_place_t *at;          /* grown as needed, up to XS_RERUN_CAP places */
+  uint32_t n, cap;
   size_t pinned[XS_PINS];  /* the most bytes pinned in each budget during the run */
 } xs_runlog_t;
 
 typedef struct xs_rerun_s {
-  xs_runlog_t rec;         /* this run */
-  xs_runlog_t guide;       /* the last run: this one follows it while its requests come in the same sizes */
-  xs_runlog_t older;       /* the run before, followed instead if it began as this one does (runs alternate) */
-  uint32_t next;           /* the guide's place for the next large request */
-  int following;           /* 1: the guide is followed; 0: this run has diverged from it, or not begun */
+  xs_runlog_t rec;                 /* this run */
+  xs_runlog_t logs[XS_RERUN_LOGS]; /* the last runs, the latest first */
+  int guide;                       /* the log this run follows (an index of logs), -1: none yet */
+  int following;                   /* 0: this run has diverged from its guide, or found none */
+  uint32_t next;                   /* the guide's place for the next large request */
 } xs_rerun_t;
 
 /* ---- the strategy interface -------------------------------------------------------- */

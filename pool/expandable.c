@@ -445,23 +445,19 @@ static int pack_places(const xs_device_t *d, int cls) {
   return packing(d, cls) || (cls == XS_LARGE && t + a >= XS_TOGETHER_MIN && a * XS_TOGETHER_DIV < t + a);
 }
 
-/* A free left nothing live: this run's log becomes the guide of the next.
- * It replaces the log it followed, if it followed one from its first
- * request; else the guide becomes the older log (runs of two kinds that
- * alternate keep one of each). */
+/* A free left nothing live: this run's log becomes the latest.  It
+ * replaces the log it followed from its first request on, if any, else
+ * the oldest; that log's buffer takes the next run's places. */
 static void rerun_turn(xs_device_t *d) {
   xs_rerun_t *r = &d->rerun;
-  xs_runlog_t spare;
-  if (r->next > 0) {
-    spare = r->guide;
-  } else {
-    spare = r->older;
-    r->older = r->guide;
-  }
-  r->guide = r->rec;
-  r->rec = (xs_runlog_t){spare.at, 0, {0}};
-  r->next = 0;
+  int out = r->guide >= 0 && r->next > 0 ? r->guide : XS_RERUN_LOGS - 1;
+  const xs_runlog_t spare = r->logs[out];
+  for (; out > 0; out--) r->logs[out] = r->logs[out - 1];
+  r->logs[0] = r->rec;
+  r->rec = (xs_runlog_t){spare.at, 0, spare.cap, {0}};
+  r->guide = -1;
   r->following = 1;
+  r->next = 0;
 }
 
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {
@@ -1208,8 +1204,14 @@ static int small_may_share(const xs_device_t *d) {
 /* Large request of `size` bytes placed at *f: note it in this run's log. */
 static void rerun_note(xs_device_t *d, size_t size, const xs_fit_t *f) {
   xs_runlog_t *l = &d->rerun.rec;
-  if (l->n >= XS_RERUN_CAP || size / XS_ALIGN > UINT32_MAX || f->take / XS_ALIGN > UINT32_MAX) return;
-  if (!l->at && !(l->at = malloc(XS_RERUN_CAP * sizeof *l->at))) return; /* then not followed: no harm */
+  if (l->n == l->cap) {
+    const uint32_t cap = l->cap ? 2 * l->cap : XS_RERUN_FIRST;
+    xs_place_t *at = cap <= XS_RERUN_CAP ? realloc(l->at, cap * sizeof *at) : NULL;
+    if (!at) return; /* the rest of this run is not followed: no harm */
+    l->at = at;
+    l->cap = cap;
+  }
+  if (size / XS_ALIGN > UINT32_MAX || f->take / XS_ALIGN > UINT32_MAX) return;
   uintptr_t tag = 0;
   if (f->pin) {
     const size_t pinned = d->pinned[f->budget] + f->pin->size;
@@ -1239,7 +1241,8 @@ static xs_block_t *rerun_block(const xs_pool_t *p, uintptr_t a, size_t n) {
  * run, over places it had taken fresh); never under pressure.  -1: none. */
 static int rerun_budget(const xs_device_t *d, const xs_chunk_t *c, int budget, uintptr_t a, size_t n) {
   if (tight(d)) return -1;
-  if (budget >= 0 && d->pinned[budget] + c->size <= d->rerun.guide.pinned[budget]) return budget;
+  const xs_rerun_t *r = &d->rerun;
+  if (budget >= 0 && d->pinned[budget] + c->size <= r->logs[r->guide].pinned[budget]) return budget;
   return idle_pin_budget_of(d, c, a, n);
 }
 
@@ -1247,23 +1250,22 @@ static int rerun_budget(const xs_device_t *d, const xs_chunk_t *c, int budget, u
  * size and that place is free and mapped in pool p, pinning an idle chunk
  * it covers in part only within a budget (rerun_budget): 1 and *out set;
  * else 0, and the usual path places the request.  A run's first request
- * picks the log to follow: the last run's, or the one before if only that
- * one began with this size.  A request of another size ends the following
- * until the next run. */
+ * picks the log to follow: the latest that began with its size (runs of
+ * a few kinds may alternate).  A request of another size than the
+ * guide's ends the following until the next run. */
 static int rerun_fit(xs_device_t *d, xs_pool_t *p, size_t size, xs_fit_t *out) {
   xs_rerun_t *r = &d->rerun;
   if (!r->following) return 0;
-  if (r->next == 0 && (!r->guide.n || (size_t)r->guide.at[0].size * XS_ALIGN != size) && r->older.n &&
-      (size_t)r->older.at[0].size * XS_ALIGN == size) {
-    const xs_runlog_t t = r->guide;
-    r->guide = r->older;
-    r->older = t;
+  if (r->guide < 0) {
+    for (int i = 0; i < XS_RERUN_LOGS && r->guide < 0; i++)
+      if (r->logs[i].n && (size_t)r->logs[i].at[0].size * XS_ALIGN == size) r->guide = i;
   }
-  if (r->next >= r->guide.n || (size_t)r->guide.at[r->next].size * XS_ALIGN != size) {
+  const xs_runlog_t *g = r->guide >= 0 ? &r->logs[r->guide] : NULL;
+  if (!g || r->next >= g->n || (size_t)g->at[r->next].size * XS_ALIGN != size) {
     r->following = 0; /* another workload, or the same one taking another path */
     return 0;
   }
-  const xs_place_t e = r->guide.at[r->next++];
+  const xs_place_t e = g->at[r->next++];
   const uintptr_t a = e.addr & ~(uintptr_t)(XS_ALIGN - 1);
   const size_t take = (size_t)e.take * XS_ALIGN;
   const int budget = (int)(e.addr & (XS_ALIGN - 1)) - 1;

@@ -456,6 +456,7 @@
  * requests of the same ordinal while their sizes match, where that place
  * is free and mapped (looked for among XS_RERUN_LOOK free blocks). */
 #define XS_RERUN_CAP 32768
+#define XS_RERUN_FIRST 256
 #define XS_RERUN_LOOK 32
 
 /* Shared pages that empty together.  Of two large blocks that shared a
