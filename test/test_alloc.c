@@ -2128,9 +2128,9 @@ static int same_places(char *const *a, char *const *b, int n) {
 }
 
 /* A workload run again after it freed everything (no empty_cache) takes
- * its first run's places and calls the driver no more; a run of another
- * workload between two runs of the first leaves the first's places to
- * its next run; a run that asks another size part way takes the first
+ * its first run's places and calls the driver no more; runs of one or two
+ * other workloads between two runs of the first leave the first's places
+ * to its next run; a run that asks another size part way takes the first
  * run's places up to there and places the rest as usual; after a new
  * start (empty_cache with nothing live) nothing is followed. */
 XT_TEST(a_workload_run_again_takes_its_last_places) {
@@ -2145,6 +2145,11 @@ XT_TEST(a_workload_run_again_takes_its_last_places) {
   /* Another workload, then the first again. */
   XT_REQUIRE(rerun_workload(2, -1, other) == RERUN_N);
   XT_CHECK_MSG(same_places(first, other, RERUN_N) < RERUN_N, "the other workload took the first one's places");
+  XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
+  XT_CHECK_EQ(same_places(first, again, RERUN_N), RERUN_N);
+  /* Two other workloads between: the first one's places are still kept. */
+  XT_REQUIRE(rerun_workload(2, -1, other) == RERUN_N);
+  XT_REQUIRE(rerun_workload(3, -1, other) == RERUN_N);
   XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
   XT_CHECK_EQ(same_places(first, again, RERUN_N), RERUN_N);
   T_CHECK_HEAP();
