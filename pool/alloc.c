@@ -423,10 +423,12 @@ int xs_empty_cache(xs_device_t *d) {
    * packed as at first use (expandable.c, XS_PACK_DIV); the live peak that
    * bounds growing instead of converting (XS_SLACK_DIV) and growing ahead
    * of the GPU (XS_AHEAD_DIV) is the new workload's own; and so are the
-   * evidence of how it frees (XS_TOGETHER_*) and the sizes it asks for
+   * evidence of how it frees (XS_TOGETHER_*), the sizes it asks for
    * again (the whole-chunk search's memos, whose "asked for lately" decides
-   * how far a search looks).  Kept, the last workload's evidence, its
-   * teardown last, put up to 95 % of a repeated replay's blocks elsewhere
+   * how far a search looks) and the layouts of its last runs (XS_RERUN_*,
+   * whose places are gone with the memory).  Kept, the last workload's
+   * evidence, its teardown last, put up to 95 % of a repeated replay's
+   * blocks elsewhere
    * (docs/design.md, "Learning how the program frees").  The physical
    * layer starts again too (xs_vmm_new_start: pacing off, what others hold
    * looked at again), keeping only the driver's pace it learned. */
