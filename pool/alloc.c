@@ -429,9 +429,9 @@ int xs_empty_cache(xs_device_t *d) {
    * whose places are gone with the memory).  Kept, the last workload's
    * evidence, its teardown last, put up to 95 % of a repeated replay's
    * blocks elsewhere (docs/design.md, "Learning how the program frees").
-   * The physical
-   * layer starts again too (xs_vmm_new_start: pacing off, what others hold
-   * looked at again), keeping only the driver's pace it learned. */
+   * The physical layer starts again too (xs_vmm_new_start: pacing off,
+   * what others hold looked at again), keeping only the driver's pace it
+   * learned. */
   const int new_start = d->stats.allocated_bytes[XS_STAT_ALL].current == 0;
   if (new_start) {
     for (int k = 0; k < XS_NCLASS; k++) d->pack_base[k] = d->handed[k];

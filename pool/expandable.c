@@ -447,17 +447,20 @@ static int pack_places(const xs_device_t *d, int cls) {
 
 /* A free left nothing live: this run's log becomes the latest.  It
  * replaces the log it followed from its first request on, if any, else
- * the oldest; that log's buffer takes the next run's places. */
+ * the oldest; that log's buffer takes the next run's places.  A run that
+ * made no large request (a few small tensors between two workloads)
+ * replaces none. */
 static void rerun_turn(xs_device_t *d) {
   xs_rerun_t *r = &d->rerun;
   int out = r->guide >= 0 && r->next > 0 ? r->guide : XS_RERUN_LOGS - 1;
+  r->guide = -1;
+  r->following = 1;
+  r->next = 0;
+  if (r->rec.n == 0) return;
   const xs_runlog_t spare = r->logs[out];
   for (; out > 0; out--) r->logs[out] = r->logs[out - 1];
   r->logs[0] = r->rec;
   r->rec = (xs_runlog_t){spare.at, 0, spare.cap, {0}};
-  r->guide = -1;
-  r->following = 1;
-  r->next = 0;
 }
 
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {

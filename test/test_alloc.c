@@ -2129,8 +2129,8 @@ static int same_places(char *const *a, char *const *b, int n) {
 
 /* A workload run again after it freed everything (no empty_cache) takes
  * its first run's places and calls the driver no more; runs of one or two
- * other workloads between two runs of the first leave the first's places
- * to its next run; a run that asks another size part way takes the first
+ * other workloads, or of small requests only, between two runs of the
+ * first leave the first's places to its next run; a run that asks another size part way takes the first
  * run's places up to there and places the rest as usual; after a new
  * start (empty_cache with nothing live) nothing is followed. */
 XT_TEST(a_workload_run_again_takes_its_last_places) {
@@ -2145,6 +2145,14 @@ XT_TEST(a_workload_run_again_takes_its_last_places) {
   /* Another workload, then the first again. */
   XT_REQUIRE(rerun_workload(2, -1, other) == RERUN_N);
   XT_CHECK_MSG(same_places(first, other, RERUN_N) < RERUN_N, "the other workload took the first one's places");
+  XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
+  XT_CHECK_EQ(same_places(first, again, RERUN_N), RERUN_N);
+  /* Runs of small requests only between: they replace no log. */
+  for (int i = 0; i < 2 * XS_RERUN_LOGS; i++) {
+    void *small = xseg_malloc(4096, 0, NULL);
+    XT_REQUIRE(small);
+    XT_CHECK_EQ(xseg_free(small), 0);
+  }
   XT_REQUIRE(rerun_workload(1, -1, again) == RERUN_N);
   XT_CHECK_EQ(same_places(first, again, RERUN_N), RERUN_N);
   /* Two other workloads between: the first one's places are still kept. */
