@@ -438,7 +438,6 @@ int xs_empty_cache(xs_device_t *d) {
     d->start_handed = xs_handed_bytes(d);
     d->live_peak = 0;
     d->peak_step = 0;
-    d->refilling = 0;
     d->together = d->apart = 0;
     memset(d->no_fit, 0, sizeof d->no_fit);
     memset(d->asked, 0, sizeof d->asked);

@@ -213,10 +213,6 @@ struct xs_device_s {
   uint64_t live_peak;            /* most bytes live at once (all classes) since the last new start */
   uint64_t peak_step;            /* live_peak when it last rose by more than 1/XS_SETTLE_RISE */
   uint64_t peak_step_at;         /* bytes handed out (all classes) at that moment */
-  /* Nothing was live at a free while the device held memory, and the live
-   * bytes have not reached 1/XS_REFILL_PEAK_DIV of the live peak since
-   * (expandable.c, refill_pin; cleared there, and at a new start). */
-  int refilling;
   /* The whole-chunk search's memo: (free block, request) pairs it found no
    * place for, and its steps there, hashed into these slots (expandable.c,
    * no_fit_key); 32 KiB. */

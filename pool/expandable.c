@@ -465,12 +465,11 @@ static void rerun_turn(xs_device_t *d) {
 
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {
   /* Nothing live: the program starts again.  The small pool packs again,
-   * as after a new start (XS_PACK_DIV), and the large pool refills its
-   * growth chunks (refill_pin); the large pool keeps what it learned
-   * (expandable.h, XS_REFILL_PEAK_DIV). */
+   * as after a new start (XS_PACK_DIV), and the next run follows the last
+   * runs' places (rerun_turn); the large pool keeps what it learned
+   * (expandable.h, XS_RERUN_*). */
   if (xs_live_bytes(d) == 0 && d->vmm.held > 0) {
     d->pack_base[XS_SMALL] = d->handed[XS_SMALL];
-    d->refilling = 1;
     rerun_turn(d);
   }
   if (b->seg->pool->cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
@@ -595,7 +594,6 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, int chunked, xs_fit_t
   if (ahead) {
     f->pin = pins_big(d, f->b, f->addr, take);
     f->budget = XS_PINS_GROWN;
-    if (f->pin) f->pin->grown = 1;
   }
   return 0;
 }
@@ -1059,25 +1057,6 @@ static int grow_instead(const xs_device_t *d, size_t size) {
          live + size >= peak - peak / XS_NEAR_ROOM_PEAK_DIV;
 }
 
-/* May a request of `size` bytes whose best fit covers idle chunk c in
- * part pin c in the growth chunks' budget, as when c was grown, while the
- * program fills an emptied device again (XS_REFILL_PEAK_DIV in
- * expandable.h)?  Ends the refill once the live bytes reach its share of
- * the peak. */
-static int refill_room(const xs_device_t *d, const xs_chunk_t *c) {
-  return holds_at_most(d, XS_ROOMY_PIN_HELD_DIV) && grown_budget_has(d, c->size);
-}
-
-static int refill_pin(xs_device_t *d, size_t size, int lately, const xs_chunk_t *c) {
-  if (!d->refilling) return 0;
-  if (xs_live_bytes(d) >= d->live_peak / XS_REFILL_PEAK_DIV) {
-    d->refilling = 0;
-    return 0;
-  }
-  if (!lately || !c->grown || size > XS_GROWN_CHUNK / XS_GROWN_SPAN) return 0;
-  return refill_room(d, c) && (!fresh_look(d) || refill_room(d, c));
-}
-
 /* The request's best fit would cover large free chunk c in part, and
  * converting c (an unmap and a release, then a create, map and set-access
  * per piece) is the costly answer.  Under pressure, where every byte
@@ -1087,9 +1066,8 @@ static int refill_pin(xs_device_t *d, size_t size, int lately, const xs_chunk_t 
  * places (any size, within a page) left recorded ViT training twice the
  * partly used pages at its peak, gaps under a page between live blocks
  * (docs/benchmarks.md, "Exact whole-chunk places under pressure").  While
- * memory is plentiful: while the program fills an emptied device again, pin
- * c if the request is small and c a growth chunk (refill_pin); else place
- * the request where it covers whole chunks (whole_chunk_fit); else, if c
+ * memory is plentiful: place the request where it covers whole chunks
+ * (whole_chunk_fit); else, if c
  * would become single pages (XS_PIECE_PAGES: up to 16 handles) and a pin
  * budget allows, pin c, as for a busy chunk (idle_pin_budget: the shared
  * budget, or on a roomy device a second one; no driver call; its free pages
@@ -1108,11 +1086,6 @@ static int refill_pin(xs_device_t *d, size_t size, int lately, const xs_chunk_t 
 static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_grow, int lately, xs_chunk_t *c,
                             xs_block_t *first, xs_fit_t *f) {
   if (tight(d)) return (size & (d->vmm.gran - 1)) == 0 && whole_chunk_fit(d, p, size, 1, first, lately, f);
-  if (refill_pin(d, size, lately, c)) {
-    f->pin = c;
-    f->budget = XS_PINS_GROWN;
-    return 1;
-  }
   if (whole_chunk_fit(d, p, size, SIZE_MAX, first, lately, f)) return 1;
   int budget = idle_pin_budget_of(d, c, f->addr, f->take);
   if (budget >= 0 && fresh_look(d)) budget = idle_pin_budget_of(d, c, f->addr, f->take);

@@ -412,7 +412,8 @@
  * room nothing changes, so no min budget of a shipped trace moves. Costs:
  * the recorded training trace held 14,276 MiB from its second pass instead
  * of 12,704 (a 1,570 MiB request found no free range long enough, though no
- * chunk was pinned then; 12,704 again since the refill below), and with an
+ * chunk was pinned then; 12,704 again since a run follows the last run's
+ * places, XS_RERUN_* below), and with an
  * H100's room the GPT-2-small training's second pass makes 584 driver calls
  * instead of 64 (1.5 per 100 events).  Budgets of 1/256 and 1/512 gained
  * less (0.93-0.98 of the base's time) and cost the same on the training
@@ -431,25 +432,6 @@
 #define XS_GROWN_SPAN 4
 #define XS_GROWN_ROOM_DIV 1024
 #define XS_GROWN_PIN_DIV 128
-/* Refilling an emptied device.  Once nothing is live on a device that
- * holds memory (a program that frees everything and runs its workload
- * again, without empty_cache), until the live bytes reach
- * 1/XS_REFILL_PEAK_DIV of the live peak, a request of a size asked for
- * lately, of at most 1/XS_GROWN_SPAN of a growth chunk, whose best fit
- * covers part of an idle growth chunk (xs_chunk_t.grown) pins that chunk
- * again in the growth chunks' budget, as it did when the chunk was grown,
- * instead of looking over the device for a run of whole chunks that fits
- * it exactly; only while the device holds at most
- * 1/XS_ROOMY_PIN_HELD_DIV of the room.  Those runs were made for other
- * moments of the last run: the recorded training trace's second pass put
- * its first blocks in them, its activations then went where its 98 MiB
- * block had been, that block took an exact chunk in the middle of the
- * 5.6 GiB its largest blocks had used, and a 1,570 MiB request grew
- * (14,276 MiB held from the second pass on against 12,704 in the first;
- * PyTorch's default allocator holds 12,758).  With this, 12,704 on every
- * pass (docs/benchmarks.md, "Refilling an emptied device").  The small
- * pool packs again then (XS_PACK_DIV). */
-#define XS_REFILL_PEAK_DIV 2
 /* Running again (docs/design.md, "Running again").  Each large request's
  * place is logged, up to XS_RERUN_CAP a run (16 bytes each; a log starts
  * at XS_RERUN_FIRST places and doubles as needed), and the logs of the last

@@ -96,7 +96,6 @@ struct xs_chunk_s {
   xs_chunk_t *next;    /* cache or stuck list */
   uint64_t created_ns; /* when it was created */
   int moved;           /* unmapped from a hole: mapping it again is a remap */
-  int grown;           /* mapped ahead as a growth chunk (pool/expandable.c, grow) */
   int fd;              /* exported as a POSIX descriptor (xs_vmm_export), else -1 */
 };
 
