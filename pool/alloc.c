@@ -443,7 +443,6 @@ int xs_empty_cache(xs_device_t *d) {
     memset(d->asked, 0, sizeof d->asked);
     xs_rerun_t *r = &d->rerun;
     r->rec.n = 0;
-    memset(r->rec.pinned, 0, sizeof r->rec.pinned);
     for (int i = 0; i < XS_RERUN_LOGS; i++) r->logs[i].n = 0;
     r->guide = -1;
     r->following = 0;

@@ -113,7 +113,7 @@ typedef struct xs_pending_s {
 /* The layouts of the last runs (expandable.c, "Running again"; XS_RERUN_*
  * in expandable.h).  A run starts at a new start or when a free leaves
  * nothing live.  A run's log holds where its large requests went, in
- * order, and the most each pin budget held. */
+ * order, with the pin budget each was charged to. */
 typedef struct xs_place_s {
   uintptr_t addr; /* the block's start; its low bits (below XS_ALIGN) hold the pin budget + 1, 0: no pin */
   uint32_t size;  /* the request, in XS_ALIGN units */
@@ -123,7 +123,6 @@ typedef struct xs_place_s {
 typedef struct xs_runlog_s {
   xs_place_t *at;          /* grown as needed, up to XS_RERUN_CAP places */
   uint32_t n, cap;
-  size_t pinned[XS_PINS];  /* the most bytes pinned in each budget during the run */
 } xs_runlog_t;
 
 typedef struct xs_rerun_s {

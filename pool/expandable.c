@@ -460,7 +460,7 @@ static void rerun_turn(xs_device_t *d) {
   const xs_runlog_t spare = r->logs[out];
   for (; out > 0; out--) r->logs[out] = r->logs[out - 1];
   r->logs[0] = r->rec;
-  r->rec = (xs_runlog_t){spare.at, 0, spare.cap, {0}};
+  r->rec = (xs_runlog_t){spare.at, 0, spare.cap};
 }
 
 static void exp_note_free(xs_device_t *d, xs_block_t *b) {
@@ -1188,12 +1188,7 @@ static void rerun_note(xs_device_t *d, size_t size, const xs_fit_t *f) {
     l->cap = cap;
   }
   if (size / XS_ALIGN > UINT32_MAX || f->take / XS_ALIGN > UINT32_MAX) return;
-  uintptr_t tag = 0;
-  if (f->pin) {
-    const size_t pinned = d->pinned[f->budget] + f->pin->size;
-    if (pinned > l->pinned[f->budget]) l->pinned[f->budget] = pinned;
-    tag = (uintptr_t)f->budget + 1;
-  }
+  const uintptr_t tag = f->pin ? (uintptr_t)f->budget + 1 : 0;
   l->at[l->n++] = (xs_place_t){f->addr | tag, (uint32_t)(size / XS_ALIGN), (uint32_t)(f->take / XS_ALIGN)};
 }
 
@@ -1212,14 +1207,22 @@ static xs_block_t *rerun_block(const xs_pool_t *p, uintptr_t a, size_t n) {
 }
 
 /* The budget a followed place that covers idle chunk c in part pins it
- * in: the one it was charged to last time, within what that budget held
- * then; else any the usual rules allow (c was made later in the last
- * run, over places it had taken fresh); never under pressure.  -1: none. */
+ * in: the one it was charged to last time; else one the usual rules allow
+ * (c was made later in the last run, over places it had taken fresh),
+ * else the shared one; never under pressure (-1).  No budget's bound is
+ * checked: a run that takes its last run's places maps nothing, and the
+ * chunks it pins are that run's, wholly mapped and free below what the
+ * device held when the run ended, which left an eighth of the room free
+ * or it would be under pressure now.  Where a place was refused for a
+ * budget (the bound of what it held last time), the request went
+ * elsewhere, took a later request's place, and so on: half a run followed
+ * left rmm_uniform's later runs at 11,628 MiB with 24 GiB of room, 307
+ * driver calls in the second, against 11,126 MiB and none now. */
 static int rerun_budget(const xs_device_t *d, const xs_chunk_t *c, int budget, uintptr_t a, size_t n) {
   if (tight(d)) return -1;
-  const xs_rerun_t *r = &d->rerun;
-  if (budget >= 0 && d->pinned[budget] + c->size <= r->logs[r->guide].pinned[budget]) return budget;
-  return idle_pin_budget_of(d, c, a, n);
+  if (budget >= 0) return budget;
+  const int k = idle_pin_budget_of(d, c, a, n);
+  return k >= 0 ? k : XS_PINS_SHARED;
 }
 
 /* Where the last run's request of this ordinal went, if this one has its
