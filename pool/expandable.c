@@ -1209,17 +1209,19 @@ static xs_block_t *rerun_block(const xs_pool_t *p, uintptr_t a, size_t n) {
 /* The budget a followed place that covers idle chunk c in part pins it
  * in: the one it was charged to last time; else one the usual rules allow
  * (c was made later in the last run, over places it had taken fresh),
- * else the shared one; never under pressure (-1).  No budget's bound is
- * checked: a run that takes its last run's places maps nothing, and the
- * chunks it pins are that run's, wholly mapped and free below what the
- * device held when the run ended, which left an eighth of the room free
- * or it would be under pressure now.  Where a place was refused for a
- * budget (the bound of what it held last time), the request went
- * elsewhere, took a later request's place, and so on: half a run followed
- * left rmm_uniform's later runs at 11,628 MiB with 24 GiB of room, 307
- * driver calls in the second, against 11,126 MiB and none now. */
+ * else the shared one; -1 under pressure, or where pins of every budget
+ * would hold more than 1/XS_RERUN_PIN_DIV of the room (expandable.h).
+ * No single budget's bound is checked: a run that takes its last run's
+ * places maps nothing, and the chunks it pins are that run's, mapped and
+ * free.  Where a place was refused for a budget (within what it held last
+ * time), the request went elsewhere, took a later request's place, and so
+ * on: half a run followed left rmm_uniform's later runs at 11,628 MiB
+ * with 24 GiB of room, 307 driver calls in the second, against 11,126 MiB
+ * and none now. */
 static int rerun_budget(const xs_device_t *d, const xs_chunk_t *c, int budget, uintptr_t a, size_t n) {
-  if (tight(d)) return -1;
+  size_t pinned = c->size;
+  for (int k = 0; k < XS_PINS; k++) pinned += d->pinned[k];
+  if (tight(d) || pinned > xs_vmm_room(&d->vmm) / XS_RERUN_PIN_DIV) return -1;
   if (budget >= 0) return budget;
   const int k = idle_pin_budget_of(d, c, a, n);
   return k >= 0 ? k : XS_PINS_SHARED;

@@ -441,7 +441,11 @@
  * first size: each request takes the place of the log's request of the
  * same ordinal while the sizes match, where that place lies in a free
  * mapped block (looked for among the XS_RERUN_LOOK blocks up from its size
- * and the XS_RERUN_LOOK largest) and pins no idle chunk beyond a budget.
+ * and the XS_RERUN_LOOK largest); an idle chunk it covers in part is
+ * pinned in the budget charged last time, whatever that budget holds, as
+ * long as the pins of every budget then hold at most 1/XS_RERUN_PIN_DIV of
+ * the room (at most 0.08 in the passes of the shipped traces at rooms of
+ * 16-143 GiB) and memory is plentiful.
  * With an H100's room (80 GiB) or more every later run of the fourteen
  * shipped traces holds its first run's peak and calls the driver nowhere
  * (host backend, and an H200): the GPT-2-medium training's later runs
@@ -451,11 +455,13 @@
  * fourth runs' held peaks summed over the traces are 0.977-0.995 of what
  * they were at every room from 16 GiB, every first run and min budget is
  * unchanged, and a warm pass takes 0.50-1.00 of its time (host, H200's
- * room).  Worse: rmm_uniform's later runs with 24 GiB of room hold 11,628
- * MiB against 11,592 (docs/benchmarks.md, "Running again"). */
+ * room).  With 24 and 40 GiB of room too, every later run of every trace
+ * that leaves an eighth of the room free holds its first run's peak with
+ * no driver call (docs/benchmarks.md, "Running again"). */
 #define XS_RERUN_CAP 32768
 #define XS_RERUN_FIRST 256
 #define XS_RERUN_LOOK 32
+#define XS_RERUN_PIN_DIV 8
 
 /* Shared pages that empty together.  Of two large blocks that shared a
  * page, the one freed second is counted together if it went within
