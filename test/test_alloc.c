@@ -2177,6 +2177,58 @@ XT_TEST(a_workload_run_again_takes_its_last_places) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* What a followed place pins (expandable.c, rerun_budget): the idle chunk
+ * a followed place covers in part is pinned in the budget charged last
+ * time, but not where the pins of every budget together would pass
+ * 1/XS_RERUN_PIN_DIV of the room.  Four 4 MiB requests on an 80 GiB
+ * device: the first grows a 64 MiB chunk ahead (pinned in the growth-chunk
+ * budget), the others fill it; in a later run the first request's place
+ * covers that idle chunk in part.  Others then take all but 1 GiB of the
+ * device: the room's eighth, 128 MiB, holds the 64 MiB pin, and the run is
+ * followed with no driver call, though the growth-chunk budget's own bound
+ * (1/XS_GROWN_PIN_DIV of the room, 8 MiB) is passed.  With all but 480 MiB
+ * taken, an eighth (60 MiB) does not hold it: the first request goes the
+ * usual way, which converts the chunk.  Memory is plentiful in both (64 of
+ * 480 MiB held).  The free-memory look that a pin is judged on again after
+ * is forced by marking the device unlooked (white box). */
+static int small_run(char **out) {
+  for (int i = 0; i < 4; i++)
+    if ((out[i] = xseg_malloc(4 * MiB, 0, NULL)) == NULL) return -1;
+  for (int i = 0; i < 4; i++) XT_CHECK_EQ(xseg_free(out[i]), 0);
+  return 0;
+}
+
+XT_TEST(followed_pins_stay_within_an_eighth_of_the_room) {
+  XT_REQUIRE(t_init("host_capacity_mb:81920") == 0);
+  char *first[4], *again[4];
+  XT_REQUIRE(small_run(first) == 0);
+  XT_CHECK_MSG(first[1] == first[0] + 4 * MiB && first[3] == first[0] + 12 * MiB, "one growth chunk for the four");
+  xs_device_t *d = xs_device_get(0);
+  xs_backend_t *be = t_backend();
+  XT_REQUIRE(d && be);
+  const size_t left_mb[2] = {1024, 480};
+  for (int round = 0; round < 2; round++) {
+    uintptr_t other = 0;
+    const size_t taken = (81920 - left_mb[round]) * MiB;
+    XT_REQUIRE(be->mem_alloc(be, 0, taken, &other) == 0);
+    d->vmm.unlooked = 1;
+    const uint64_t calls = rerun_calls();
+    const long long conv = t_stat(0, "num_conversions");
+    XT_REQUIRE(small_run(again) == 0);
+    T_CHECK_HEAP();
+    if (!round) {
+      XT_CHECK_EQ(same_places(first, again, 4), 4);
+      XT_CHECK_MSG(rerun_calls() == calls, "a followed place with 1 GiB of room made %llu driver calls",
+                   (unsigned long long)(rerun_calls() - calls));
+    } else {
+      XT_CHECK_MSG(t_stat(0, "num_conversions") > conv && rerun_calls() > calls,
+                   "a 64 MiB pin past an eighth of 480 MiB of room: the run was followed as before");
+    }
+    XT_CHECK_EQ(be->mem_free(be, 0, other, taken), 0);
+  }
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
 /* Growing instead of converting (pool/expandable.h, XS_SLACK_DIV): a
  * request whose best fit covers part of a large free handle takes fresh
  * memory when the device is roomy, holdings stay within a thirty-second
@@ -2322,6 +2374,7 @@ int main(void) {
   XT_RUN(a_settled_workload_pins_nearly_covered_handles);
   XT_RUN(a_large_repeating_workload_pins_within_a_quarter_of_room_free);
   XT_RUN(a_workload_run_again_takes_its_last_places);
+  XT_RUN(followed_pins_stay_within_an_eighth_of_the_room);
   XT_RUN(memory_held_by_others_counts_against_plenty);
   XT_RUN(pages_in_holes_become_one_handle_at_the_cap);
   XT_RUN(coalescing_survives_refused_calls);
