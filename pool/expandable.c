@@ -37,7 +37,6 @@
  * the release policy, records it and tries again later without waiting.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "device.h"
 #include "expandable.h"
