@@ -436,9 +436,8 @@
  * place is logged, up to XS_RERUN_CAP a run (16 bytes each; a log starts
  * at XS_RERUN_FIRST places and doubles as needed), and the logs of the last
  * XS_RERUN_LOGS runs that made large requests are kept (xs_rerun_t in
- * device.h).  Once a free leaves
- * nothing live, the next run follows the latest log that began with its
- * first size: each request takes the place of the log's request of the
+ * device.h).  Once a free leaves nothing live, the next run follows the
+ * latest log that began with its first size: each request takes the place of the log's request of the
  * same ordinal while the sizes match, where that place lies in a free
  * mapped block (looked for among the XS_RERUN_LOOK blocks up from its size
  * and the XS_RERUN_LOOK largest); an idle chunk it covers in part is
@@ -451,8 +450,7 @@
  * (host backend, and an H200): the GPT-2-medium training's later runs
  * held up to 64,102 MiB against 61,122, ResNet-50's up to 9,312 against
  * 9,160 with an H100's room, eight traces called the driver in their
- * second run.  The
- * fourth runs' held peaks summed over the traces are 0.977-0.995 of what
+ * second run.  The fourth runs' held peaks summed over the traces are 0.977-0.995 of what
  * they were at every room from 16 GiB, every first run and min budget is
  * unchanged, and a warm pass takes 0.50-1.00 of its time (host, H200's
  * room).  With 24 and 40 GiB of room too, every later run of every trace
