@@ -1041,15 +1041,29 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t lim
   return best != limit;
 }
 
-/* May a request of `size` bytes take fresh memory rather than convert a
- * chunk (XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV, XS_NEAR_ROOM_MIN in
- * expandable.h)?  The caller has checked that memory is plentiful. */
-static int grow_instead(const xs_device_t *d, size_t size) {
+/* May a request of `need` bytes (whole pages) take fresh memory rather
+ * than convert large chunk c, which is at least XS_SPARE_RATIO times as
+ * large (XS_SPARE_* in expandable.h)?  The caller has checked that
+ * `headroom` holds the request. */
+static int spares_chunk(const xs_device_t *d, size_t need, size_t headroom, const xs_chunk_t *c) {
+  const size_t room = xs_vmm_room(&d->vmm);
+  const uint64_t peak = d->live_peak;
+  return c->size >= XS_SPARE_MIN && c->size / XS_SPARE_RATIO >= need && headroom - need >= room / XS_ROOMY_DIV &&
+         (peak + need) * XS_SPARE_ROOM <= room && d->vmm.held + need <= peak + peak / XS_SPARE_SLACK_DIV;
+}
+
+/* May a request of `size` bytes take fresh memory rather than convert
+ * chunk c (XS_SPARE_*, XS_ROOMY_DIV, XS_SLACK_DIV, XS_NEAR_PEAK_DIV,
+ * XS_NEAR_ROOM_MIN in expandable.h)?  The caller has checked that memory
+ * is plentiful. */
+static int grow_instead(const xs_device_t *d, size_t size, const xs_chunk_t *c) {
   const size_t need = xs_round_up(size, d->vmm.gran);
   const size_t headroom = xs_vmm_headroom(&d->vmm), room = xs_vmm_room(&d->vmm);
   const uint64_t peak = d->live_peak;
   const uint64_t live = xs_live_bytes(d);
-  if (headroom < need || live + size < peak - peak / XS_NEAR_PEAK_DIV) return 0;
+  if (headroom < need) return 0;
+  if (spares_chunk(d, need, headroom, c)) return 1;
+  if (live + size < peak - peak / XS_NEAR_PEAK_DIV) return 0;
   if (headroom - need >= room / XS_ROOMY_DIV) return d->vmm.held + need <= peak + peak / XS_SLACK_DIV;
   /* Near the room, for a workload that fills much of it, at its peak. */
   return size >= XS_NEAR_ROOM_MIN && peak >= room / XS_NEAR_ROOM_FILL_DIV &&
@@ -1075,8 +1089,10 @@ static int grow_instead(const xs_device_t *d, size_t size) {
  * within the surplus budget (may_pin_surplus); else, early in a run, while
  * the device holds a small part of the room, pin c if it is a small part of
  * it too, or if the request leaves a small part of it uncovered
- * (may_pin_early); else, while the device is roomy and holds little more
- * than the live peak (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), or near
+ * (may_pin_early); else, where c is large and at least twice the request
+ * and the room holds twice the live peak (spares_chunk, XS_SPARE_*), or
+ * while the device is roomy and holds little more than the live peak
+ * (grow_instead, XS_ROOMY_DIV and XS_SLACK_DIV), or near
  * the room at the peak of a workload that fills half of it
  * (XS_NEAR_ROOM_MIN), take fresh memory (one or two handles) and leave c
  * whole for a request of its own size.  1: *f holds the new place; 0:
@@ -1093,7 +1109,7 @@ static int avoid_conversion(xs_device_t *d, xs_pool_t *p, size_t size, int may_g
     f->budget = budget;
     return 1;
   }
-  if (!may_grow || !grow_instead(d, size)) return 0;
+  if (!may_grow || !grow_instead(d, size, c)) return 0;
   return grow_whole(d, p, size, f);
 }
 

@@ -2329,6 +2329,51 @@ XT_TEST(grows_instead_of_converting_near_the_room) {
   near_room_case(600, 30, 0, "a request past the slack on a roomy device");
 }
 
+/* Sparing a large chunk (pool/expandable.h, XS_SPARE_*): a request whose
+ * best fit covers in part a free chunk of at least 256 MiB and twice its
+ * size grows instead, far below the live peak, while the room holds twice
+ * that peak with the request, a quarter of it stays free and the device
+ * holds at most a sixteenth over the peak.  With P = 1,602 MiB live at the
+ * peak and a freed handle of 400: a 64 MiB request grows on a 4 GiB device
+ * (held 1,666 <= 1,702, 2 x 1,666 <= 4,096) and the 400 MiB chunk is then
+ * taken whole by a request of its size; 120 MiB passes the slack, a 3,000
+ * MiB device holds less than twice the peak, a 200 MiB chunk is under the
+ * size bound: each of those converts. */
+static void spare_case(size_t cap_mb, size_t x_mb, size_t n_mb, int expect_grow, const char *what) {
+  char conf[48];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  char *n, *x;
+  int conv;
+  place_after_free(2, 1200, x_mb, n_mb, &n, &x, &conv);
+  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB beside a free %zu MiB chunk on a %zu MiB device %s", what, n_mb,
+               x_mb, cap_mb, conv ? "converted" : "grew");
+  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(1202 + x_mb + (expect_grow ? n_mb : 0)) * (long long)MiB);
+  if (expect_grow) {
+    XT_CHECK_MSG(n < x || n >= x + x_mb * MiB, "the request landed in the spared chunk");
+    /* The spared chunk is whole: a request of its size takes it, no driver call. */
+    long long made = t_stat(0, "num_device_alloc");
+    char *again = xseg_malloc(x_mb * MiB, 0, NULL);
+    XT_REQUIRE(again);
+    XT_CHECK_MSG(again == x, "a request of the spared chunk's size went elsewhere");
+    XT_CHECK_EQ(t_stat(0, "num_device_alloc"), made);
+    t_fill(again, x_mb * MiB, 5);
+    XT_CHECK(t_verify(n, n_mb * MiB, 3));
+    XT_CHECK(t_verify(again, x_mb * MiB, 5));
+    XT_CHECK_EQ(xseg_free(again), 0);
+  }
+  XT_CHECK_EQ(xseg_free(n), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(a_large_chunk_is_spared_far_below_the_peak_on_a_roomy_device) {
+  spare_case(4096, 400, 64, 1, "a small request beside a large chunk");
+  spare_case(4096, 400, 120, 0, "a request past the slack");
+  spare_case(3000, 400, 64, 0, "a device without room for twice the peak");
+  spare_case(4096, 200, 64, 0, "a chunk under the size bound");
+}
+
 int main(void) {
   XT_RUN(integrity_expandable);
   XT_RUN(integrity_binned);
@@ -2345,6 +2390,7 @@ int main(void) {
   XT_RUN(growth_ahead_of_a_busy_gpu_is_unbounded_on_a_nearly_full_device);
   XT_RUN(grows_instead_of_converting_near_the_live_peak);
   XT_RUN(grows_instead_of_converting_near_the_room);
+  XT_RUN(a_large_chunk_is_spared_far_below_the_peak_on_a_roomy_device);
   XT_RUN(large_handles_convert_into_pieces_under_pressure);
   XT_RUN(exact_handles_are_taken_instead_of_converting_under_pressure);
   XT_RUN(a_random_size_on_a_settled_device_takes_the_first_whole_chunk_place);
