@@ -374,7 +374,7 @@
  *   - the device then holds at most 1/XS_SPARE_SLACK_DIV more than the
  *     live peak.
  * The chunk stays wholly free, so reclaim can take it: held, not
- * stranded.  Host backend, four passes of all fourteen traces at nine
+ * stranded.  Host backend, four passes of all fourteen traces at eight
  * rooms (docs/benchmarks.md, "Sparing large chunks"): first-pass driver
  * time of the recorded GPT-2-small training with an H200's room 45.3 ->
  * 40.2 ms, GPT-2 training 13.4 -> 11.9, at 2.7 % more held for the first;
