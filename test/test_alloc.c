@@ -2265,17 +2265,29 @@ static void place_after_free(size_t keep_mb, size_t y_mb, size_t x_mb, size_t n_
  * a 30 MiB request lands at 250 >= 248, a 20 MiB one at 240.
  * near_room_case runs place_after_free's case on a fresh device of cap_mb
  * and checks what the request did and the peak the device held. */
-static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what) {
+/* place_after_free(2, y_mb, x_mb, n_mb) on a fresh device of cap_mb,
+ * checking whether the request grew (beside the freed handle x, the held
+ * peak raised by it) or converted x; *np is the request's block. */
+static void after_free_case(size_t cap_mb, size_t y_mb, size_t x_mb, size_t n_mb, int expect_grow, const char *what,
+                            char **np, char **xp) {
   char conf[48];
   snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
   XT_REQUIRE(t_init(conf) == 0);
-  char *n, *x;
+  char *n;
   int conv;
-  place_after_free(2, 218, 36, n_mb, &n, &x, &conv);
-  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB on a %zu MiB device %s", what, n_mb, cap_mb,
-               conv ? "converted" : "grew");
-  if (expect_grow) XT_CHECK_MSG(n < x || n >= x + 36 * MiB, "the request landed in the spared handle");
-  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(256 + (expect_grow ? n_mb : 0)) * (long long)MiB);
+  *np = NULL;
+  place_after_free(2, y_mb, x_mb, n_mb, &n, xp, &conv);
+  *np = n;
+  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB beside a free %zu MiB handle on a %zu MiB device %s", what, n_mb,
+               x_mb, cap_mb, conv ? "converted" : "grew");
+  if (expect_grow) XT_CHECK_MSG(n < *xp || n >= *xp + x_mb * MiB, "the request landed in the spared handle");
+  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(2 + y_mb + x_mb + (expect_grow ? n_mb : 0)) * (long long)MiB);
+}
+
+static void near_room_case(size_t cap_mb, size_t n_mb, int expect_grow, const char *what) {
+  char *n, *x;
+  after_free_case(cap_mb, 218, 36, n_mb, expect_grow, what, &n, &x);
+  XT_REQUIRE(n);
   XT_CHECK_EQ(xseg_free(n), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
@@ -2340,17 +2352,10 @@ XT_TEST(grows_instead_of_converting_near_the_room) {
  * MiB device holds less than twice the peak, a 200 MiB chunk is under the
  * size bound: each of those converts. */
 static void spare_case(size_t cap_mb, size_t x_mb, size_t n_mb, int expect_grow, const char *what) {
-  char conf[48];
-  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
-  XT_REQUIRE(t_init(conf) == 0);
   char *n, *x;
-  int conv;
-  place_after_free(2, 1200, x_mb, n_mb, &n, &x, &conv);
-  XT_CHECK_MSG(conv == !expect_grow, "%s: %zu MiB beside a free %zu MiB chunk on a %zu MiB device %s", what, n_mb,
-               x_mb, cap_mb, conv ? "converted" : "grew");
-  XT_CHECK_EQ(t_stat(0, "held_bytes.peak"), (long long)(1202 + x_mb + (expect_grow ? n_mb : 0)) * (long long)MiB);
+  after_free_case(cap_mb, 1200, x_mb, n_mb, expect_grow, what, &n, &x);
+  XT_REQUIRE(n);
   if (expect_grow) {
-    XT_CHECK_MSG(n < x || n >= x + x_mb * MiB, "the request landed in the spared chunk");
     /* The spared chunk is whole: a request of its size takes it, no driver call. */
     long long made = t_stat(0, "num_device_alloc");
     char *again = xseg_malloc(x_mb * MiB, 0, NULL);
