@@ -865,6 +865,17 @@ static int fresh_look(xs_device_t *d) {
   return 1;
 }
 
+/* May a request of n bytes pin large idle chunk c as a growth chunk again,
+ * charged to the growth chunks' budget: c is at most a growth chunk in
+ * size, the request at most 1/XS_GROWN_SPAN of it, on a device with room
+ * for growth chunks, within their budget (XS_GROWN_* in expandable.h).
+ * However much the device holds: a growth chunk's blocks freed, the next
+ * step's requests of the same sizes land on it and would otherwise cut it
+ * into three handles each. */
+static int may_pin_regrown(const xs_device_t *d, const xs_chunk_t *c, size_t n) {
+  return c->size <= XS_GROWN_CHUNK && n <= c->size / XS_GROWN_SPAN && grown_budget_has(d, c->size);
+}
+
 /* Which budget a large idle chunk c that a request at [a, a + n) covers
  * in part may be pinned in instead of being converted (avoid_conversion),
  * or -1. */
@@ -875,6 +886,7 @@ static int idle_pin_budget_of(const xs_device_t *d, const xs_chunk_t *c, uintptr
   const size_t uncovered = c->size - (hi > lo ? hi - lo : 0);
   if (may_pin_early(d, c, uncovered)) return XS_PINS_EARLY;
   if (may_pin_covered(d, c, uncovered)) return XS_PINS_COVERED;
+  if (may_pin_regrown(d, c, n)) return XS_PINS_GROWN;
   return -1;
 }
 

@@ -457,7 +457,7 @@
 #define XS_GROWN_CHUNK ((size_t)64 << 20)
 #define XS_GROWN_SPAN 4
 #define XS_GROWN_ROOM_DIV 1024
-#define XS_GROWN_PIN_DIV 128
+#define XS_GROWN_PIN_DIV 32
 /* Running again (docs/design.md, "Running again").  Each large request's
  * place is logged, up to XS_RERUN_CAP a run (16 bytes each; a log starts
  * at XS_RERUN_FIRST places and doubles as needed), and the logs of the last

@@ -1561,8 +1561,10 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
  * for 1,024 chunks of 64 MiB, while it holds at most an eighth of the
  * room, a request of at most 16 MiB that nothing free fits maps one 64 MiB
  * handle and takes its start, and the next requests fill the rest with no
- * driver call; within a budget of 1/128 of the room (10 chunks on 80
- * GiB), after which each growth maps its own handle again. */
+ * driver call; within a budget of 1/XS_GROWN_PIN_DIV of the room (32
+ * chunks on 64 GiB), after which each growth maps its own handle again.
+ * Two blocks of each chunk are written and read back (all of them would
+ * touch 2 GiB of host memory). */
 static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) {
   char conf[64];
   snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
@@ -1575,14 +1577,17 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
   XT_REQUIRE(big);
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates + 1);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
-  enum { CHUNKS = 10, N = CHUNKS * 16 + 10 };
-  char *b[N];
-  long long made[N];
+  enum { MAX_CHUNKS = 32, MAX_N = MAX_CHUNKS * 16 + 10 };
+  const int CHUNKS = (int)(cap_mb * MiB / XS_GROWN_PIN_DIV / (64 * MiB)), N = CHUNKS * 16 + 10;
+  XT_REQUIRE(CHUNKS >= 2 && CHUNKS <= MAX_CHUNKS);
+  static char *b[MAX_N];
+  static long long made[MAX_N];
+#define WRITTEN(i) ((i) % 16 == 0 || (i) % 16 == 9)
   for (int i = 0; i < N; i++) {
     creates = t_stat(0, "num_device_alloc");
     b[i] = xseg_malloc(4 * MiB, 0, NULL);
     XT_REQUIRE(b[i]);
-    t_fill(b[i], 4 * MiB, 10 + (uint64_t)i);
+    if (WRITTEN(i)) t_fill(b[i], 4 * MiB, 10 + (uint64_t)i);
     made[i] = t_stat(0, "num_device_alloc") - creates;
   }
   if (expect_chunks) {
@@ -1607,7 +1612,8 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
   }
   T_CHECK_HEAP();
   for (int i = 0; i < N; i++)
-    if (b[i]) XT_CHECK(t_verify(b[i], 4 * MiB, 10 + (uint64_t)i));
+    if (b[i] && WRITTEN(i)) XT_CHECK(t_verify(b[i], 4 * MiB, 10 + (uint64_t)i));
+#undef WRITTEN
   for (int i = 0; i < N; i++)
     if (b[i]) XT_CHECK_EQ(xseg_free(b[i]), 0);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
@@ -1618,11 +1624,11 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
 }
 
 XT_TEST(small_requests_share_growth_chunks_on_a_large_device) {
-  grown_chunk_case(81920, 0, 1);
+  grown_chunk_case(65536, 0, 1);
   /* 40 GiB: a chunk would be over 1/1024 of the room. */
   grown_chunk_case(40960, 0, 0);
-  /* Over an eighth of 80 GiB held. */
-  grown_chunk_case(81920, 10300, 0);
+  /* Over an eighth of 64 GiB held. */
+  grown_chunk_case(65536, 8300, 0);
 }
 
 /* Small idle handles past the shared and roomy budgets (pool/expandable.h,
@@ -1636,7 +1642,7 @@ static void third_idle_budget_case(size_t cap_mb, int expect_grown) {
   char conf[64];
   snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
   XT_REQUIRE(t_init(conf) == 0);
-  enum { N = 90 };
+  enum { N = 160 };
   static char *h[N], *sep[N], *r[N];
   for (int i = 0; i < N; i++) {
     h[i] = xseg_malloc(24 * MiB, 0, NULL);
@@ -1654,7 +1660,7 @@ static void third_idle_budget_case(size_t cap_mb, int expect_grown) {
     const long long conv = t_stat(0, "num_conversions");
     r[i] = xseg_malloc(20 * MiB, 0, NULL);
     XT_REQUIRE(r[i]);
-    t_fill(r[i], 20 * MiB, 20 + (uint64_t)i);
+    if (i % 8 == 0) t_fill(r[i], 20 * MiB, 20 + (uint64_t)i); /* a few: all would touch 3 GiB */
     if (t_stat(0, "num_conversions") != conv) break;
     pinned++;
   }
@@ -1662,7 +1668,7 @@ static void third_idle_budget_case(size_t cap_mb, int expect_grown) {
   XT_CHECK_EQ(t_stat(0, "num_conversions"), conv0 + 1);
   T_CHECK_HEAP();
   for (size_t i = 0; i <= pinned && i < N; i++) {
-    XT_CHECK(t_verify(r[i], 20 * MiB, 20 + (uint64_t)i));
+    if (i % 8 == 0) XT_CHECK(t_verify(r[i], 20 * MiB, 20 + (uint64_t)i));
     XT_CHECK_EQ(xseg_free(r[i]), 0);
   }
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
@@ -1672,8 +1678,60 @@ static void third_idle_budget_case(size_t cap_mb, int expect_grown) {
 }
 
 XT_TEST(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device) {
-  third_idle_budget_case(81920, 1);
+  third_idle_budget_case(65536, 1);
   third_idle_budget_case(40960, 0);
+}
+
+/* Growth chunks pinned again (expandable.c, may_pin_regrown): on a device
+ * with room for growth chunks, a request of at most a quarter of an idle
+ * chunk of at most 64 MiB that its best fit covers in part pins the chunk
+ * in the growth chunks' budget, however much the device holds, and the
+ * next requests fill the rest with no driver call.  With 8,300 MiB live
+ * (over an eighth of the room: no growth chunk is made, no early pin) and
+ * a freed 64 MiB handle, 4 MiB requests fill the handle on 64 GiB; a 20
+ * MiB request, or any on 40 GiB, takes fresh memory instead (the device
+ * holds little more than its peak) and leaves the handle whole. */
+static void regrown_case(size_t cap_mb, size_t n_mb, int expect_pin, const char *what) {
+  char conf[48];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  char *big = xseg_malloc(8300 * MiB, 0, NULL);
+  char *x = xseg_malloc(64 * MiB, 0, NULL);
+  XT_REQUIRE(big && x);
+  XT_CHECK_EQ(xseg_free(x), 0);
+  enum { MAX = 16 };
+  char *r[MAX] = {0};
+  const int n = expect_pin ? (int)(64 / n_mb) : 1;
+  XT_REQUIRE(n <= MAX);
+  const long long made = t_stat(0, "num_device_alloc"), conv = t_stat(0, "num_conversions");
+  for (int i = 0; i < n; i++) {
+    r[i] = xseg_malloc(n_mb * MiB, 0, NULL);
+    XT_REQUIRE(r[i]);
+    t_fill(r[i], n_mb * MiB, 40 + (uint64_t)i);
+    const int inside = r[i] >= x && r[i] + n_mb * MiB <= x + 64 * MiB;
+    XT_CHECK_MSG(inside == expect_pin, "%s: request %d %s the idle chunk", what, i, inside ? "landed in" : "went past");
+    if (i == 0 && expect_pin)
+      XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), (long long)(64 - n_mb) * (long long)MiB);
+  }
+  XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+  XT_CHECK_MSG(t_stat(0, "num_device_alloc") == made + !expect_pin, "%s: %lld handles made", what,
+               t_stat(0, "num_device_alloc") - made);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0); /* filled, or never pinned */
+  T_CHECK_HEAP();
+  for (int i = 0; i < n; i++) {
+    XT_CHECK(t_verify(r[i], n_mb * MiB, 40 + (uint64_t)i));
+    XT_CHECK_EQ(xseg_free(r[i]), 0);
+  }
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  XT_CHECK_EQ(xseg_free(big), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(an_idle_growth_sized_chunk_is_pinned_again_on_a_large_device) {
+  regrown_case(65536, 4, 1, "4 MiB requests on a 64 GiB device");
+  regrown_case(65536, 20, 0, "a request over a quarter of the chunk");
+  regrown_case(40960, 4, 0, "a device without room for growth chunks");
 }
 
 /* Surplus pins (pool/expandable.h, XS_SURPLUS_DIV), before the workload
@@ -2186,7 +2244,7 @@ XT_TEST(a_workload_run_again_takes_its_last_places) {
  * covers that idle chunk in part.  Others then take all but 1 GiB of the
  * device: the room's eighth, 128 MiB, holds the 64 MiB pin, and the run is
  * followed with no driver call, though the growth-chunk budget's own bound
- * (1/XS_GROWN_PIN_DIV of the room, 8 MiB) is passed.  With all but 480 MiB
+ * (1/XS_GROWN_PIN_DIV of the room, 32 MiB) is passed.  With all but 480 MiB
  * taken, an eighth (60 MiB) does not hold it: the first request goes the
  * usual way, which converts the chunk.  Memory is plentiful in both (64 of
  * 480 MiB held).  The free-memory look that a pin is judged on again after
@@ -2418,6 +2476,7 @@ int main(void) {
   XT_RUN(large_idle_handles_are_pinned_early_on_a_large_device);
   XT_RUN(small_requests_share_growth_chunks_on_a_large_device);
   XT_RUN(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device);
+  XT_RUN(an_idle_growth_sized_chunk_is_pinned_again_on_a_large_device);
   XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
   XT_RUN(surplus_pins_grow_once_the_peak_has_turned_over);
   XT_RUN(turned_surplus_pins_take_larger_handles);
