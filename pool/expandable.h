@@ -427,7 +427,9 @@
  * as PyTorch's default allocator carves its 20 MiB segments.  The block
  * pins the chunk (the pin passes to the chunk's other live blocks, as
  * every pin), within a budget of 1/XS_GROWN_PIN_DIV of the room
- * (xs_device_t.pinned[XS_PINS_GROWN]).  A first pass grew a handle or two
+ * (xs_device_t.pinned[XS_PINS_GROWN]); once idle, such a chunk is pinned
+ * again in that budget by a request of at most 1/XS_GROWN_SPAN of it
+ * (may_pin_regrown in expandable.c).  A first pass grew a handle or two
  * per request there (grow_then_split's second phase: about 100 growths of
  * 1-16 MiB blocks after its first phase's memory was reused).  With an
  * H200's room (host backend, modelled driver time) the fourteen first
@@ -453,7 +455,23 @@
  * budget full while no growth chunk was pinned, and cut 6-12 page chunks
  * into single pages (584 driver calls; 163 with this, training's 53 -> 3,
  * GPT-2-medium's 85 -> 44, its first pass 66.8 -> 71.3 ms; nothing moved
- * with an H200's room). */
+ * with an H200's room).
+ * The budget was 1/128 of the room, and the recorded GPT-2-medium
+ * training spent it in its first few hundred requests, then grew a handle
+ * per 4-16 MiB activation (943 growths with an H200's room).  With 1/32
+ * and idle chunks pinned again, its first pass makes 2,309 driver calls
+ * instead of 3,107 with an H200's room (host; 0.89 of the time, paired,
+ * through PyTorch on an H200) and `training` 587 instead of 1,322; first
+ * passes summed 190.5 -> 176.4 ms
+ * modelled (262.0 from 312.4 with 64 GiB, 219.2 from 241.4 with an
+ * H100's); GPT-2-small 40.2 -> 42.0 ms.  Costs: held peaks up to 3.3 GB
+ * higher on some traces and rooms (GPT-2-small with 100,000 MiB;
+ * `training` +1,572 MiB on an H200, mixed_streams +736 with an H100's
+ * room).  Pinning again is the smaller part: without it the GPT-2-small
+ * training's first pass took 43.7 ms instead of 42.0 (the next step's
+ * requests cut idle growth chunks into three handles each).  No room
+ * under 64 GiB is touched (docs/benchmarks.md, "A larger budget for
+ * growth chunks"). */
 #define XS_GROWN_CHUNK ((size_t)64 << 20)
 #define XS_GROWN_SPAN 4
 #define XS_GROWN_ROOM_DIV 1024
