@@ -1578,12 +1578,12 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates + 1);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   enum { MAX_CHUNKS = 32, MAX_N = MAX_CHUNKS * 16 + 10 };
-  const int CHUNKS = (int)(cap_mb * MiB / XS_GROWN_PIN_DIV / (64 * MiB)), N = CHUNKS * 16 + 10;
-  XT_REQUIRE(CHUNKS >= 2 && CHUNKS <= MAX_CHUNKS);
+  const int chunks = (int)(cap_mb * MiB / XS_GROWN_PIN_DIV / (64 * MiB)), n = chunks * 16 + 10;
+  XT_REQUIRE(chunks >= 2 && chunks <= MAX_CHUNKS);
   static char *b[MAX_N];
   static long long made[MAX_N];
 #define WRITTEN(i) ((i) % 16 == 0 || (i) % 16 == 9)
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < n; i++) {
     creates = t_stat(0, "num_device_alloc");
     b[i] = xseg_malloc(4 * MiB, 0, NULL);
     XT_REQUIRE(b[i]);
@@ -1593,28 +1593,28 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
   if (expect_chunks) {
     /* 16 blocks a chunk: the first block of each made one handle, the
      * other 15 none; past the budget every block made its own. */
-    for (int i = 0; i < N; i++) {
-      const long long want = i < CHUNKS * 16 ? i % 16 == 0 : 1;
+    for (int i = 0; i < n; i++) {
+      const long long want = i < chunks * 16 ? i % 16 == 0 : 1;
       XT_CHECK_MSG(made[i] == want, "block %d made %lld handles, not %lld", i, made[i], want);
-      if (i < CHUNKS * 16 && i % 16)
+      if (i < chunks * 16 && i % 16)
         XT_CHECK_MSG(b[i] >= b[i / 16 * 16] && b[i] + 4 * MiB <= b[i / 16 * 16] + 64 * MiB,
                      "block %d lies outside its chunk", i);
     }
     /* Blocks 1-15 of the last chunk freed: it stays pinned by its first. */
-    for (int i = CHUNKS * 16 - 15; i < CHUNKS * 16; i++) {
+    for (int i = chunks * 16 - 15; i < chunks * 16; i++) {
       XT_CHECK_EQ(xseg_free(b[i]), 0);
       b[i] = NULL;
     }
     XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 60 * MiB);
   } else {
-    for (int i = 0; i < N; i++) XT_CHECK_MSG(made[i] == 1, "block %d made %lld handles, not one", i, made[i]);
+    for (int i = 0; i < n; i++) XT_CHECK_MSG(made[i] == 1, "block %d made %lld handles, not one", i, made[i]);
     XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   }
   T_CHECK_HEAP();
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < n; i++)
     if (b[i] && WRITTEN(i)) XT_CHECK(t_verify(b[i], 4 * MiB, 10 + (uint64_t)i));
 #undef WRITTEN
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < n; i++)
     if (b[i]) XT_CHECK_EQ(xseg_free(b[i]), 0);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   XT_CHECK_EQ(xseg_free(big), 0);
