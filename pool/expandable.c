@@ -1056,10 +1056,10 @@ static int whole_chunk_fit(xs_device_t *d, xs_pool_t *p, size_t size, size_t lim
 /* May a request of `need` bytes (whole pages) take fresh memory rather
  * than convert large chunk c, which is at least XS_SPARE_RATIO times as
  * large (XS_SPARE_* in expandable.h)?  The caller has checked that
- * `headroom` holds the request. */
-static int spares_chunk(const xs_device_t *d, size_t need, size_t headroom, const xs_chunk_t *c) {
-  const size_t room = xs_vmm_room(&d->vmm);
-  const uint64_t peak = d->live_peak;
+ * `headroom` holds the request, and passes the room and the live peak it
+ * has read. */
+static int spares_chunk(const xs_device_t *d, size_t need, size_t headroom, size_t room, uint64_t peak,
+                        const xs_chunk_t *c) {
   return c->size >= XS_SPARE_MIN && c->size / XS_SPARE_RATIO >= need && headroom - need >= room / XS_ROOMY_DIV &&
          (peak + need) * XS_SPARE_ROOM <= room && d->vmm.held + need <= peak + peak / XS_SPARE_SLACK_DIV;
 }
@@ -1074,7 +1074,7 @@ static int grow_instead(const xs_device_t *d, size_t size, const xs_chunk_t *c) 
   const uint64_t peak = d->live_peak;
   const uint64_t live = xs_live_bytes(d);
   if (headroom < need) return 0;
-  if (spares_chunk(d, need, headroom, c)) return 1;
+  if (spares_chunk(d, need, headroom, room, peak, c)) return 1;
   if (live + size < peak - peak / XS_NEAR_PEAK_DIV) return 0;
   if (headroom - need >= room / XS_ROOMY_DIV) return d->vmm.held + need <= peak + peak / XS_SLACK_DIV;
   /* Near the room, for a workload that fills much of it, at its peak. */
