@@ -520,10 +520,11 @@ static int fresh_look(xs_device_t *d);
  * room for XS_GROWN_ROOM_DIV chunks, within 1/XS_GROWN_PIN_DIV of the room
  * (expandable.h)?  Growth chunks use it first, small idle chunks what they
  * leave (idle_pin_budget). */
+static int large_room(size_t room) { return room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK; }
+
 static int grown_budget_has(const xs_device_t *d, size_t bytes) {
   const size_t room = xs_vmm_room(&d->vmm);
-  return !tight(d) && room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK &&
-         d->pinned[XS_PINS_GROWN] + bytes <= room / XS_GROWN_PIN_DIV;
+  return !tight(d) && large_room(room) && d->pinned[XS_PINS_GROWN] + bytes <= room / XS_GROWN_PIN_DIV;
 }
 
 /* The chunk a growth for a large request of `size` bytes maps ahead, for
@@ -819,14 +820,15 @@ static int may_pin_surplus(const xs_device_t *d, const xs_chunk_t *c) {
  * `uncovered` bytes of c lie outside the block: while the device holds at
  * most 1/XS_EARLY_HELD_DIV of the room, for a chunk of at most
  * 1/XS_EARLY_CHUNK_DIV of it, or of at most 1/XS_EARLY_WIDE_DIV of it
- * that the block leaves at most 1/XS_EARLY_CHUNK_DIV of uncovered, within
+ * that the block leaves at most 1/XS_EARLY_CHUNK_DIV of uncovered, or of
+ * any size on a device with room for growth chunks, within
  * 1/XS_EARLY_PIN_DIV of it (expandable.h).  Holding so little of the
  * room, the device is not tight. */
 static int may_pin_early(const xs_device_t *d, const xs_chunk_t *c, size_t uncovered) {
   const size_t room = xs_vmm_room(&d->vmm);
   const int small = c->size <= room / XS_EARLY_CHUNK_DIV;
   const int covered = c->size <= room / XS_EARLY_WIDE_DIV && uncovered <= room / XS_EARLY_CHUNK_DIV;
-  return holds_at_most(d, XS_EARLY_HELD_DIV) && (small || covered) &&
+  return holds_at_most(d, XS_EARLY_HELD_DIV) && (small || covered || large_room(room)) &&
          d->pinned[XS_PINS_EARLY] + c->size <= room / XS_EARLY_PIN_DIV;
 }
 

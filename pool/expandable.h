@@ -153,6 +153,23 @@
  * the recorded ResNet-50 needed 1.0073 of its peak under a filler, 1.0018
  * before (docs/benchmarks.md, "Early pins"). */
 #define XS_EARLY_WIDE_DIV 256
+/* ... or of any size on a device with room for growth chunks (XS_GROWN_*
+ * below: 64 GiB or more), whatever the request leaves uncovered.  There a
+ * conversion of a large chunk early in a run costs a release and a handle
+ * per 64 MiB made again, and cuts the chunk that the next step's request of
+ * its own size would have taken whole: the recorded training trace's 98
+ * MiB loss buffer, over a freed 1,572 MiB logits chunk, re-made it as 25
+ * handles, and the next step grew a fifth logits chunk (14,276 MiB held on
+ * an H200's room, 12,704 with this).  Host backend, four passes of the
+ * fourteen traces (docs/benchmarks.md, "Early pins of any size"): first
+ * passes summed 178.5 -> 158.6 ms of modelled driver time with an H200's
+ * room, 219.2 -> 191.8 with an H100's, 9-13 % less at every room from
+ * 72 GiB up (2 % with 64 GiB); held peaks summed 0.98-0.99 of before there
+ * (grow_then_split 444 -> 282 driver calls with an H200's room).  Costs:
+ * with 64-70 GiB of room the GPT-2-small training holds 58.6 GB instead of
+ * 55.6, and with 64 GiB its second pass finds the device tight (less than
+ * an eighth free) and makes 5,662 driver calls.  No room under 64 GiB is
+ * touched, so no min budget moves. */
 /* Turned-over workloads.  Once the program has handed out XS_TURNED times
  * its live peak (in all since its last new start, an empty_cache with
  * nothing live, as for XS_PACK_DIV: the peak starts again there, and a

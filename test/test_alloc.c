@@ -1557,6 +1557,62 @@ XT_TEST(large_idle_handles_are_pinned_early_on_a_large_device) {
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
+/* Early pins of any size on a large device (pool/expandable.h, XS_EARLY_*):
+ * with room for growth chunks (64 GiB here), early in a run a request over
+ * part of an idle handle pins it whatever its size, where a smaller device
+ * converts it or grows: a training step's 98 MiB loss buffer over the
+ * freed 1,572 MiB logits handle, which the next step's logits then take
+ * whole with no driver call.  With over an eighth of the room held, or on
+ * a 40 GiB device, the handle is not pinned. */
+static void early_any_case(size_t cap_mb, size_t held_mb, int expect_pin, const char *what) {
+  char conf[48];
+  snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
+  XT_REQUIRE(t_init(conf) == 0);
+  char *big = held_mb ? xseg_malloc(held_mb * MiB, 0, NULL) : NULL;
+  XT_REQUIRE(!held_mb || big);
+  static const size_t mb[1] = {1572};
+  char *h[1], *sep[1];
+  idle_handles_apart(1, mb, h, sep);
+  const long long conv = t_stat(0, "num_conversions"), made = t_stat(0, "num_device_alloc");
+  /* The 2 MiB separator may sit in a growth chunk (its rest pinned) on 64 GiB. */
+  const long long pinned0 = t_stat(0, "free_in_pinned_handles_bytes");
+  char *p = xseg_malloc(98 * MiB, 0, NULL);
+  XT_REQUIRE(p);
+  t_fill(p, 98 * MiB, 7);
+  const int inside = p >= h[0] && p + 98 * MiB <= h[0] + 1572 * MiB;
+  const int pinned = inside && t_stat(0, "num_conversions") == conv && t_stat(0, "num_device_alloc") == made;
+  XT_CHECK_MSG(pinned == expect_pin, "%s: the idle 1,572 MiB handle was %s (conversions +%lld, handles +%lld)", what,
+               pinned ? "pinned" : "not pinned", t_stat(0, "num_conversions") - conv,
+               t_stat(0, "num_device_alloc") - made);
+  const long long pinned1 = t_stat(0, "free_in_pinned_handles_bytes");
+  XT_CHECK_MSG(pinned1 - pinned0 == (expect_pin ? 1474 * (long long)MiB : 0), "%s: %lld MiB more free in pinned handles",
+               what, (pinned1 - pinned0) / (long long)MiB);
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(p, 98 * MiB, 7));
+  XT_CHECK_EQ(xseg_free(p), 0);
+  XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), pinned0); /* the pin ends with its block */
+  if (expect_pin) {
+    /* The handle is whole again: the next step's logits take it as it is. */
+    const long long calls = t_stat(0, "num_device_alloc");
+    char *q = xseg_malloc(1570 * MiB, 0, NULL);
+    XT_REQUIRE(q);
+    XT_CHECK_EQ(q, h[0]);
+    XT_CHECK_EQ(t_stat(0, "num_device_alloc"), calls);
+    XT_CHECK_EQ(t_stat(0, "num_conversions"), conv);
+    XT_CHECK_EQ(xseg_free(q), 0);
+  }
+  XT_CHECK_EQ(xseg_free(sep[0]), 0);
+  if (big) XT_CHECK_EQ(xseg_free(big), 0);
+  T_CHECK_HEAP();
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(any_idle_handle_is_pinned_early_on_a_large_device) {
+  early_any_case(65536, 0, 1, "early on a 64 GiB device");
+  early_any_case(65536, 8300, 0, "with over an eighth of 64 GiB held");
+  early_any_case(40960, 0, 0, "on a 40 GiB device");
+}
+
 /* Growth chunks (pool/expandable.h, XS_GROWN_*): on a device with room
  * for 1,024 chunks of 64 MiB, while it holds at most an eighth of the
  * room, a request of at most 16 MiB that nothing free fits maps one 64 MiB
@@ -2474,6 +2530,7 @@ int main(void) {
   XT_RUN(small_idle_handles_are_pinned_within_the_budget);
   XT_RUN(large_idle_handles_are_pinned_only_over_a_surplus);
   XT_RUN(large_idle_handles_are_pinned_early_on_a_large_device);
+  XT_RUN(any_idle_handle_is_pinned_early_on_a_large_device);
   XT_RUN(small_requests_share_growth_chunks_on_a_large_device);
   XT_RUN(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device);
   XT_RUN(an_idle_growth_sized_chunk_is_pinned_again_on_a_large_device);
