@@ -483,7 +483,8 @@
  * modelled (262.0 from 312.4 with 64 GiB, 219.2 from 241.4 with an
  * H100's); GPT-2-small 40.2 -> 42.0 ms.  Costs: held peaks up to 3.3 GB
  * higher on some traces and rooms (GPT-2-small with 100,000 MiB;
- * `training` +1,572 MiB on an H200, mixed_streams +736 with an H100's
+ * `training` +1,572 MiB on an H200 (none since early pins of any size,
+ * above), mixed_streams +736 with an H100's
  * room).  Pinning again is the smaller part: without it the GPT-2-small
  * training's first pass took 43.7 ms instead of 42.0 (the next step's
  * requests cut idle growth chunks into three handles each).  No room
