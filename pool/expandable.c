@@ -516,12 +516,15 @@ uintptr_t xs_exp_place(size_t page, uintptr_t f0, uintptr_t f1, size_t size, int
 static int holds_at_most(const xs_device_t *d, size_t div);
 static int fresh_look(xs_device_t *d);
 
+/* Does a device of this room have room for growth chunks (XS_GROWN_ROOM_DIV of
+ * them: 64 GiB or more)?  Early pins then take chunks of any size too
+ * (may_pin_early). */
+static int large_room(size_t room) { return room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK; }
+
 /* Has the growth chunks' budget room for `bytes` more: on a device with
  * room for XS_GROWN_ROOM_DIV chunks, within 1/XS_GROWN_PIN_DIV of the room
  * (expandable.h)?  Growth chunks use it first, small idle chunks what they
  * leave (idle_pin_budget). */
-static int large_room(size_t room) { return room / XS_GROWN_ROOM_DIV >= XS_GROWN_CHUNK; }
-
 static int grown_budget_has(const xs_device_t *d, size_t bytes) {
   const size_t room = xs_vmm_room(&d->vmm);
   return !tight(d) && large_room(room) && d->pinned[XS_PINS_GROWN] + bytes <= room / XS_GROWN_PIN_DIV;
