@@ -36,6 +36,16 @@ int trace_load(const char *path, trace_t *t);
 /* Keep only the first nev events (the peak and counts are recomputed); the
  * replays free what is still live at the end. */
 void trace_prefix(trace_t *t, size_t nev);
+/* Multiply every allocation's size, and the peak, by k (--scale): the same
+ * workload on a device k times the size, so that the rules that depend on
+ * the room (growth chunks and early pins of any size, from 64 GiB) meet it
+ * at its min budget, which no shipped trace's reaches.  0, or -1 with a
+ * message on stderr naming the trace if the peak would pass
+ * TRACE_MAX_BYTES, 4 TiB, so that the budgets the commands try (up to
+ * twice the peak) stay within host_capacity_mb's range (the trace is left
+ * as it was). */
+#define TRACE_MAX_BYTES ((uint64_t)1 << 42)
+int trace_scale(trace_t *t, unsigned k);
 void trace_free(trace_t *t);
 
 /* What a replay reports, whichever allocator ran it (frag.c, cuda_alt.c). */

@@ -63,6 +63,7 @@ typedef struct opts_s {
   int gpu; /* run on the CUDA backend */
   int quick;
   int npasses;        /* passes: replays of each trace (0: 2) */
+  unsigned scale;     /* --scale: every allocation's size times this (0: 1) */
   const char *json;
   const char *traces; /* directory of shipped traces */
   unsigned skip;      /* frag: allocators left out (bit per alloc_kind_t) */
@@ -123,6 +124,8 @@ static void help(void) {
          "                       device), and creates wait out the scrub of just-released memory as\n"
          "                       its driver does (vmm/host_backend.h)\n"
          "  --passes N           passes: replay each trace N times (2..16, default 2)\n"
+         "  --scale K            frag, replay, timeline, passes: every allocation K times its size\n"
+         "                       (1..4096): the same workload on a device K times larger\n"
          "  -h, --help           this text\n"
          "\n"
          "Configuration: every xseg run merges these, key by key, each over the ones before it:\n"
@@ -225,8 +228,8 @@ static void header(const opts_t *o) {
   printf("config: %s\n", d ? d : "?");
   if (jf) {
     fprintf(jf, "\"machine\":{\"backend\":\"%s\",\"os\":\"%s %s\",\"cpus\":%ld,\"gpu\":\"%s\",\"date\":\"%s\",\"quick\":%d,"
-            "\"config\":",
-            o->gpu ? "cuda" : "host", u.sysname, u.release, cpus, gpu, date, o->quick);
+            "\"scale\":%u,\"config\":",
+            o->gpu ? "cuda" : "host", u.sysname, u.release, cpus, gpu, date, o->quick, o->scale ? o->scale : 1);
     jstring(d ? d : "");
     fputc('}', jf);
   }
@@ -438,6 +441,7 @@ static int cmd_frag(const opts_t *o, trace_t *traces, int n) {
   else
     printf("host backend: host_capacity_mb");
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  if (o->scale > 1) printf("; every size x %u", o->scale);
   if (o->quick) printf("; quick: the first %d events of each trace", QUICK_EVENTS);
   printf(")\n");
   note_forced(o, o->gpu ? "expandable_segments" : "host_capacity_mb,expandable_segments");
@@ -517,6 +521,7 @@ static int cmd_replay(const opts_t *o, const trace_t *t) {
   printf("replayed %s: %zu events in %.3f s (%.0f ns/event), %zu failed allocations, peak live %.1f MiB", t->name,
          t->nev, dt, dt * 1e9 / (double)t->nev, fails, (double)t->peak_live / (1 << 20));
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  if (o->scale > 1) printf("; every size x %u", o->scale);
   if (fill) printf("; a filler leaves %zu of %zu MiB", bench_budget_mb, bench_filler_mb);
   if (gpu_filler) printf("; a filler leaves %zu MiB of the GPU", bench_budget_mb);
   if (bench_model && xs_host_is(be)) {
@@ -554,6 +559,7 @@ static int cmd_passes(const opts_t *o, trace_t *traces, int n) {
   printf("\n== passes: each trace %d times in one process, room to spare (%s", npasses,
          o->gpu ? "GPU" : "host backend, 2 x the peak, at least 64 GiB");
   if (!o->gpu && bench_lag > 0) printf("; stream work completes every %d events", bench_lag);
+  if (o->scale > 1) printf("; every size x %u", o->scale);
   printf(")\n");
   printf("%-20s %4s %8s %9s %8s %7s %7s %7s %7s %7s %6s %6s %7s %8s\n", "trace", "pass", "events", "ns/event", "driver",
          "create", "release", "map", "unmap", "access", "grows", "conv", "c.pages", "made MiB");
@@ -718,6 +724,7 @@ static int load_traces(const opts_t *o, int quick, char **args, int nargs, trace
     if (rc == 0 && trace_load(path, &t[i]) != 0) rc = 2;
     if (rc == 0) loaded++;
     if (rc == 0 && quick) trace_prefix(&t[i], QUICK_EVENTS);
+    if (rc == 0 && trace_scale(&t[i], o->scale) != 0) rc = 2;
   }
   for (int i = 0; listed && i < n; i++) free(files[i]);
   free(files);
@@ -733,7 +740,7 @@ static int load_traces(const opts_t *o, int quick, char **args, int nargs, trace
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_BUDGET, O_MODEL, O_PASSES, O_HELP };
+enum { O_BACKEND, O_QUICK, O_JSON, O_CONF, O_TRACES, O_ONLY, O_LAG, O_FILLER, O_BUDGET, O_MODEL, O_PASSES, O_SCALE, O_HELP };
 
 static const struct {
   const char *name; /* long form */
@@ -742,7 +749,8 @@ static const struct {
     [O_BACKEND] = {"backend", "host|cuda"}, [O_QUICK] = {"quick", NULL}, [O_JSON] = {"json", "FILE"},
     [O_CONF] = {"conf", "K:V,..."},         [O_TRACES] = {"traces", "DIR"}, [O_ONLY] = {"only", "A,..."},
     [O_LAG] = {"lag", "K"},                 [O_FILLER] = {"filler", "MB"}, [O_BUDGET] = {"budget", "MB"},
-    [O_MODEL] = {"model", "h100"},          [O_PASSES] = {"passes", "N"}, [O_HELP] = {"help", NULL},
+    [O_MODEL] = {"model", "h100"},          [O_PASSES] = {"passes", "N"}, [O_SCALE] = {"scale", "K"},
+    [O_HELP] = {"help", NULL},
 };
 
 static const struct {
@@ -804,6 +812,13 @@ static int take_option(opts_t *o, cli_t *cl, int id, const char *val) {
     long k = strtol(val, &end, 10);
     if (!*val || *end || k < 2 || k > MAX_PASSES) return usage_error("--passes takes 2..%d, not '%s'", MAX_PASSES, val);
     o->npasses = (int)k;
+    return 0;
+  }
+  case O_SCALE: {
+    char *end;
+    long k = strtol(val, &end, 10);
+    if (!*val || *end || k < 1 || k > 4096) return usage_error("--scale takes a factor of 1..4096, not '%s'", val);
+    o->scale = (unsigned)k;
     return 0;
   }
   case O_MODEL:

@@ -255,3 +255,18 @@ void trace_prefix(trace_t *t, size_t nev) {
   }
   free(size);
 }
+
+int trace_scale(trace_t *t, unsigned k) {
+  if (k <= 1) return 0;
+  /* Checked first, so that a trace too large is left whole. */
+  if (t->peak_live > TRACE_MAX_BYTES / k) {
+    fprintf(stderr, "xseg-bench: trace '%s': --scale %u would make its peak of %llu bytes pass %llu\n", t->name, k,
+            (unsigned long long)t->peak_live, (unsigned long long)TRACE_MAX_BYTES);
+    return -1;
+  }
+  /* No allocation exceeds the peak, so none passes the bound either. */
+  for (size_t i = 0; i < t->nev; i++)
+    if (t->ev[i].alloc) t->ev[i].bytes *= k;
+  t->peak_live *= k;
+  return 0;
+}

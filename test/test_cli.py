@@ -109,6 +109,9 @@ def main():
     usage_error(["--backend", "host", "--budget", "64", "frag"], "--budget is for replay")
     usage_error(["--backend", "host", "--budget", "64", "replay", "x"], "--filler device of at least")
     usage_error(["--model", "a100", "latency"], "'a100'")
+    usage_error(["--scale", "0", "frag"], "'0'")
+    usage_error(["--scale", "2x", "frag"], "'2x'")
+    usage_error(["--scale", "4097", "frag"], "'4097'")
     usage_error(["latency", "extra"], "'extra'")
     usage_error(["replay"], "replay needs a TRACE")
 
@@ -158,6 +161,21 @@ def main():
         out = run("--traces", d, "replay", "longhead")
         check(out[0] == 0 and "replayed longhead: 2 events" in out[1], "a long comment line is read past", out)
         rc, so, se = usage_error(["--traces", d, "replay", "longev"], "longev.trace:1: line too long")
+
+        # --scale K: every allocation K times its size, the peak with them,
+        # said on the line that reports the replay; a peak that would pass
+        # 4 TiB is an input error naming the trace, before any output.
+        out = run("--traces", d, "--scale", "3", "replay", "tiny")
+        check(out[0] == 0 and "peak live 12.0 MiB; every size x 3" in out[1], "replay --scale 3: the peak is three times tiny's", out)
+        out = run("--traces", d, "replay", "tiny")
+        check(out[0] == 0 and "peak live 4.0 MiB" in out[1] and "every size" not in out[1], "replay without --scale", out)
+        with open(os.path.join(d, "big.trace"), "w") as f:
+            f.write("a 1 2147483648\nf 1\n")
+        usage_error(["--traces", d, "--scale", "4096", "frag", "big"], "trace 'big'")
+        out = run("--backend", "host", "--traces", d, "--scale", "1024", "frag", "tiny")
+        rows = [l.split() for l in out[1].splitlines() if l.split()[:1] == ["tiny"]]
+        check(out[0] == 0 and "every size x 1024" in out[1] and rows and rows[0][2] == "4096" and float(rows[0][3]) >= 1.0,
+              "frag --scale 1024: tiny's peak is 4 GiB, and it has a min budget", out)
 
         # The configuration: XSEG_ALLOC_CONF merged with --conf, --conf winning
         # a key both set, lists kept whole, the result on the line below the header.
