@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """passes_ab.py: two builds of xseg-bench side by side on the host backend.
 
-    python3 benchmarks/passes_ab.py BASE_BENCH NEW_BENCH [--rooms MB,...] [--passes N] [--frag]
+    python3 benchmarks/passes_ab.py BASE_BENCH NEW_BENCH [--rooms MB,...] [--passes N] [--frag] [--frag-scaled]
 
 For each room (host_capacity_mb), both benches replay every shipped trace
 N times in one process (`xseg-bench passes --backend host --model h100`),
@@ -12,8 +12,12 @@ peaks, calls or driver time differ in any pass, as (held MiB, calls,
 driver ms) per pass.  With --frag it also bisects every trace's min-budget
 overhead with both benches (`frag --only xseg`) under a filler of an
 H100's memory, under a cap, and under a filler with --lag 8, and prints
-the traces whose figures differ.  A trace that does not fit a room
-counts with what it did before it ran out.
+the traces whose figures differ.  With --frag-scaled it bisects them
+under a cap with every trace scaled (`--scale K`, the smallest K of at
+least 2 that takes its peak to 96 GiB or more): the rules that depend on
+a large room (64 GiB or more) never meet a shipped trace at its min
+budget otherwise.  A trace that does not fit a room counts with what it
+did before it ran out.
 
 This is how a change to the placement rules is judged before a GPU run
 (docs/benchmarks.md, "Growth and shrink cost"): decisions are the same on
@@ -72,6 +76,39 @@ def frag(bench, extra):
     return fig
 
 
+def scale_of(path):
+    """The --scale that takes the trace's peak (its header) to 96 GiB or more, at least 2."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# peak_live_bytes:"):
+                peak = int(line.split()[2])
+                return max(2, -(-(96 << 30) // peak))
+            if not line.startswith("#"):
+                break
+    sys.exit("passes_ab.py: %s has no peak_live_bytes header" % path)
+
+
+def compare_frag_scaled(base, new):
+    traces = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces")
+    diff, same = [], 0
+    for name in sorted(f[:-6] for f in os.listdir(traces) if f.endswith(".trace")):
+        k = scale_of(os.path.join(traces, name + ".trace"))
+        # Both benches at once: each replay is one process, and these take minutes.
+        procs = [subprocess.Popen([b, "frag", "--backend", "host", "--only", "xseg", "--scale", str(k), name],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for b in (base, new)]
+        figs = []
+        for p in procs:
+            out, _ = p.communicate()
+            row = [l.split() for l in out.splitlines() if l.split()[:1] == [name]]
+            figs.append(row[0][3] if row and len(row[0]) > 3 else "failed")
+        if figs[0] != figs[1]:
+            diff.append("%s (x%d) %s -> %s" % (name, k, figs[0], figs[1]))
+        else:
+            same += 1
+    print("min budgets (cap, scaled to ~96 GiB): %s" % ("; ".join(diff) + ("; %d identical" % same if same else "")
+                                                        if diff else "all %d identical" % same))
+
+
 def compare_frag(base, new):
     for name, extra in (("filler", ["--filler", "81559"]), ("cap", []), ("filler, lag 8", ["--filler", "81559", "--lag", "8"])):
         b, w = frag(base, extra), frag(new, extra)
@@ -86,6 +123,7 @@ def main():
     ap.add_argument("--rooms", default="16384,24576,40960,65536,81559,100000,143771,180000")
     ap.add_argument("--passes", type=int, default=4)
     ap.add_argument("--frag", action="store_true")
+    ap.add_argument("--frag-scaled", action="store_true")
     a = ap.parse_args()
     for bench in (a.base, a.new):
         if not os.access(bench, os.X_OK):
@@ -95,6 +133,8 @@ def main():
             compare_room(a.base, a.new, room, a.passes, tmp)
     if a.frag:
         compare_frag(a.base, a.new)
+    if a.frag_scaled:
+        compare_frag_scaled(a.base, a.new)
 
 
 if __name__ == "__main__":
