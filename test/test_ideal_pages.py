@@ -13,16 +13,16 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "ideal_pages.py")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import ideal_pages as ip  # noqa: E402
 
-MIB = ip.MIB
-PAGE = 2 * MIB
-failures = 0
+MIB, PAGE = ip.MIB, 2 * ip.MIB
+FAILED = []  # what each failed check expected
 
 
 def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL: " + what)
+    """Record and print `what` unless cond holds."""
+    if cond:
+        return
+    FAILED.append(what)
+    print("FAIL: " + what)
 
 
 def trace(tmp, name, lines):
@@ -94,8 +94,8 @@ def main():
     pool_cases()
     with tempfile.TemporaryDirectory() as tmp:
         replay_cases(tmp)
-    print("test_ideal_pages: %s" % ("%d failed" % failures if failures else "all passed"))
-    return 1 if failures else 0
+    print("test_ideal_pages: %s" % ("%d failed" % len(FAILED) if FAILED else "all passed"))
+    return 1 if FAILED else 0
 
 
 if __name__ == "__main__":
