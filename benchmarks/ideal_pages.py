@@ -120,6 +120,8 @@ def replay(path, page, small, aligned):
     live = peak = held = most = 0
     for kind, bid, size, stream in events(path):
         if kind == "a":
+            if bid in where:
+                raise ValueError("%s: block %s is allocated while live" % (path, bid))
             s = -(-max(size, 1) // 512) * 512
             key = (stream, s <= small)
             pool = pools.get(key)
@@ -131,6 +133,8 @@ def replay(path, page, small, aligned):
             held += new
             peak = max(peak, live)
             most = max(most, held)
+        elif bid not in where:
+            raise ValueError("%s: block %s is freed but not live" % (path, bid))
         else:
             pool, x, s = where.pop(bid)
             live -= s
@@ -153,7 +157,7 @@ def main():
         try:
             peak, most = replay(path, page, small, False)
             _, most_aligned = replay(path, page, small, True)
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError) as e:
             print("ideal_pages.py: %s: %s" % (name, e), file=sys.stderr)
             return 2
         trace = os.path.basename(path).rsplit(".", 1)[0]

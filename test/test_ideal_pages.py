@@ -86,6 +86,11 @@ def replay_cases(tmp):
     out = subprocess.run([sys.executable, SCRIPT, bad], capture_output=True, text=True)
     check(out.returncode == 2 and "bad.trace:3" in out.stderr and "not an event" in out.stderr,
           "a malformed line fails with its file and line: %r" % out.stderr)
+    for name, lines, says in (("twice", ["a 1 4096", "f 1", "f 1"], "freed but not live"),
+                              ("again", ["a 1 4096", "a 1 4096"], "allocated while live")):
+        out = subprocess.run([sys.executable, SCRIPT, trace(tmp, name, lines)], capture_output=True, text=True)
+        check(out.returncode == 2 and says in out.stderr and name + ".trace" in out.stderr,
+              "a trace that %s fails naming it: %r" % (says, out.stderr))
     out = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "missing.trace")], capture_output=True, text=True)
     check(out.returncode == 2 and "missing" in out.stderr, "a missing trace fails by name: %r" % out.stderr)
 
