@@ -11,7 +11,7 @@ A page is held while a live block touches it, and only then: a wholly
 free page is given back at once and costs nothing to map again anywhere,
 so free address space is never short and the memory needed at a moment
 is the number of pages live blocks touch.  Sizes are rounded up to 512
-bytes.  Each request is placed, among every free range of its pool that
+bytes; the peak is of the sizes asked for, as xseg-bench frag counts it.  Each request is placed, among every free range of its pool that
 can hold it (between two live blocks, before the first, after the last),
 at the range's start, at its first page boundary, or against its end:
 where it touches the fewest pages that no live block touches yet; among
@@ -36,22 +36,10 @@ import glob
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test", "gpu"))
+import torch_replay  # noqa: E402  (parse_trace: the trace reader torch_model.py uses too)
+
 MIB = 1 << 20
-
-
-def events(path):
-    """(kind, id, size, stream) of each line of an xseg trace."""
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            tok = line.split()
-            if not tok or tok[0].startswith("#"):
-                continue
-            if tok[0] == "a" and len(tok) in (3, 4):
-                yield "a", tok[1], int(tok[2]), tok[3] if len(tok) == 4 else "0"
-            elif tok[0] == "f" and len(tok) in (2, 3):
-                yield "f", tok[1], 0, tok[2] if len(tok) == 3 else "0"
-            else:
-                raise ValueError("%s:%d: not an event: %r" % (path, n, line.strip()))
 
 
 class Pool:
@@ -115,29 +103,24 @@ class Pool:
 
 
 def replay(path, page, small, aligned):
-    """(peak live bytes, most pages held at once) of one trace."""
+    """(peak live bytes, most pages held at once) of one trace; a malformed
+    trace is a SystemExit naming its line (torch_replay.parse_trace)."""
+    events, peak = torch_replay.parse_trace(path)
     pools, where = {}, {}
-    live = peak = held = most = 0
-    for kind, bid, size, stream in events(path):
-        if kind == "a":
-            if bid in where:
-                raise ValueError("%s: block %s is allocated while live" % (path, bid))
-            s = -(-max(size, 1) // 512) * 512
+    held = most = 0
+    for op, bid, size, stream in events:
+        if op == 0:
+            s = -(-size // 512) * 512
             key = (stream, s <= small)
             pool = pools.get(key)
             if pool is None:
                 pool = pools[key] = Pool(page, aligned)
             x, new = pool.place(s)
-            where[bid] = (pool, x, s)
-            live += s
+            where[bid] = (pool, x)
             held += new
-            peak = max(peak, live)
             most = max(most, held)
-        elif bid not in where:
-            raise ValueError("%s: block %s is freed but not live" % (path, bid))
         else:
-            pool, x, s = where.pop(bid)
-            live -= s
+            pool, x = where.pop(bid)
             held -= pool.free(x)
     return peak, most
 
@@ -149,6 +132,8 @@ def main():
     ap.add_argument("--page-mib", type=int, default=2)
     ap.add_argument("--small-mib", type=int, default=1)
     a = ap.parse_args()
+    if a.page_mib < 1 or a.small_mib < 0:
+        ap.error("--page-mib must be at least 1 and --small-mib at least 0")
     names = a.traces or sorted(glob.glob(os.path.join(here, "traces", "*.trace")))
     page, small = a.page_mib * MIB, a.small_mib * MIB
     print("%-24s %10s %12s %8s %8s" % ("trace", "peak MiB", "ideal pages", "ideal", "aligned"))
@@ -157,8 +142,11 @@ def main():
         try:
             peak, most = replay(path, page, small, False)
             _, most_aligned = replay(path, page, small, True)
-        except (OSError, ValueError) as e:
+        except OSError as e:
             print("ideal_pages.py: %s: %s" % (name, e), file=sys.stderr)
+            return 2
+        except SystemExit as e:
+            print("ideal_pages.py: %s" % e, file=sys.stderr)
             return 2
         trace = os.path.basename(path).rsplit(".", 1)[0]
         print("%-24s %10.1f %12d %8.4f %8.4f" % (trace, peak / MIB, most, most * page / peak,

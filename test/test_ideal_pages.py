@@ -74,9 +74,13 @@ def replay_cases(tmp):
     # Small blocks (at most --small-mib) and large ones keep apart.
     mixed = trace(tmp, "mixed", ["a 1 1048576", "a 2 3145728"])
     check(ip.replay(mixed, PAGE, MIB, False) == (4 * MIB, 3), "a small and a large block: 3 pages")
-    # Sizes round up to 512 bytes.
-    tiny = trace(tmp, "tiny", ["a 1 1", "a 2 0"])
-    check(ip.replay(tiny, PAGE, MIB, False) == (1024, 1), "two tiny blocks: 1 KiB, one page")
+    # Sizes round up to 512 bytes: two of 1 byte and one of 1 MiB less
+    # 512 fill one page to the byte; one byte more takes a second page.
+    # The peak is of the sizes asked for.
+    tiny = trace(tmp, "tiny", ["a 1 1", "a 2 1", "a 3 1048064"])
+    check(ip.replay(tiny, PAGE, 2 * MIB, False) == (1048066, 1), "blocks rounded to fill one page: one page")
+    over = trace(tmp, "over", ["a 1 1", "a 2 1", "a 3 1048064", "a 4 1048065"])
+    check(ip.replay(over, PAGE, 2 * MIB, False) == (2096131, 2), "one byte over the page: two pages")
     # The command line: the table, and exit status 2 naming a bad line.
     out = subprocess.run([sys.executable, SCRIPT, two], capture_output=True, text=True)
     row = [l.split() for l in out.stdout.splitlines() if l.startswith("two")]
@@ -84,13 +88,16 @@ def replay_cases(tmp):
           "command line row for the two-block trace: %r" % out.stdout)
     bad = trace(tmp, "bad", ["a 1 4096", "x 2"])
     out = subprocess.run([sys.executable, SCRIPT, bad], capture_output=True, text=True)
-    check(out.returncode == 2 and "bad.trace:3" in out.stderr and "not an event" in out.stderr,
+    check(out.returncode == 2 and "bad.trace:3" in out.stderr and "unknown event" in out.stderr,
           "a malformed line fails with its file and line: %r" % out.stderr)
-    for name, lines, says in (("twice", ["a 1 4096", "f 1", "f 1"], "freed but not live"),
-                              ("again", ["a 1 4096", "a 1 4096"], "allocated while live")):
+    for name, lines, where in (("twice", ["a 1 4096", "f 1", "f 1"], "twice.trace:4"),
+                               ("again", ["a 1 4096", "a 1 4096"], "again.trace:3"),
+                               ("empty", ["a 1 0"], "empty.trace:2")):
         out = subprocess.run([sys.executable, SCRIPT, trace(tmp, name, lines)], capture_output=True, text=True)
-        check(out.returncode == 2 and says in out.stderr and name + ".trace" in out.stderr,
-              "a trace that %s fails naming it: %r" % (says, out.stderr))
+        check(out.returncode == 2 and where in out.stderr and "malformed event" in out.stderr,
+              "a free of no live block, an id live twice, a size of 0 fail at %s: %r" % (where, out.stderr))
+    out = subprocess.run([sys.executable, SCRIPT, "--page-mib", "0", two], capture_output=True, text=True)
+    check(out.returncode == 2 and "--page-mib" in out.stderr, "a page of 0 MiB is refused: %r" % out.stderr)
     out = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "missing.trace")], capture_output=True, text=True)
     check(out.returncode == 2 and "missing" in out.stderr, "a missing trace fails by name: %r" % out.stderr)
 
