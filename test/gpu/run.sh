@@ -2,7 +2,7 @@
 # test/gpu/run.sh: build and run the GPU suite on a machine with an NVIDIA GPU,
 # in one call.  Results and logs go to $OUT (default ./gpu-out).
 #
-#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [passes-ab] [torch-ab] [resnet] [first] [dist] [replay] [record] [quick]
+#   test/gpu/run.sh [tests] [bench] [frag] [torch] [train] [ab] [passes] [cold] [passes-ab] [torch-ab] [resnet] [first] [dist] [replay] [record] [quick]
 #
 #   tests  the ctest suite: GPU tests (label gpu) and the host tests
 #   bench  xseg-bench latency, scale, growth, threads on the GPU (JSON too)
@@ -16,6 +16,10 @@
 #   latency torch.empty + drop under both allocators, alternating
 #   passes each trace twice, from empty then warm: time per event and driver
 #          calls (xseg-bench passes), and through PyTorch under three allocators
+#   cold   first passes from empty through PyTorch, many of them: the default
+#          allocator and xseg in alternate processes, COLD_ROUNDS rounds (4), each
+#          process replaying every trace COLD_REPEAT times (5; torch_passes.py
+#          --repeat --settle 1), summed up by benchmarks/cold_summary.py
 #   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, AB_ROUNDS rounds (2)
 #   tight-ab   each trace replayed once under a cap of TIGHT_FACTOR (1.02) times its peak
 #          (grow_then_split, which needs more, 1.03), this tree against BASE_TAR,
@@ -232,6 +236,25 @@ if want passes; then
   native_env python3 test/gpu/torch_passes.py --json "$OUT/passes-native.json" "${traces[@]}" || rc=1
   native_env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 test/gpu/torch_passes.py --json "$OUT/passes-expandable.json" "${traces[@]}" || rc=1
   xseg_env python3 test/gpu/torch_passes.py --json "$OUT/passes-xseg.json" "${traces[@]}" || rc=1
+fi
+
+if want cold; then
+  rounds=${COLD_ROUNDS:-4} repeat=${COLD_REPEAT:-5}
+  log "first passes from empty, many: PyTorch's default and xseg alternating, $rounds rounds, each trace $repeat times a process"
+  install_python || rc=1
+  mapfile -t traces < <(trace_paths)
+  [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
+  export PYTHONUNBUFFERED=1
+  for round in $(seq 1 "$rounds"); do
+    order="native xseg"
+    ((round % 2)) || order="xseg native"
+    for which in $order; do
+      if [[ $which == native ]]; then run_env=native_env; else run_env=xseg_env; fi
+      $run_env python3 test/gpu/torch_passes.py --settle 1 --repeat "$repeat" --json "$OUT/cold-$which-$round.json" \
+        "${traces[@]}" >>"$OUT/cold.log" 2>&1 || { rc=1; tail -5 "$OUT/cold.log"; }
+    done
+  done
+  python3 benchmarks/cold_summary.py "$OUT"/cold-*.json | tee "$OUT/cold.txt" || rc=1
 fi
 
 if want passes-ab; then

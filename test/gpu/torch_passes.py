@@ -16,6 +16,14 @@ pass (synchronised at the end), and, under xseg, the driver calls each
 pass made (xseg's counters).  The JSON
 rows also hold cpu_ref_us_1 and cpu_ref_us_2: a fixed piece of Python work
 timed around each pass, to tell a slow pass from a slow phase of the machine.
+
+--repeat N replays the whole list N times in the one process, the traces in
+an order rotated by one each time, so that each trace has N first passes
+from empty (each after empty_cache and --settle): with nothing live,
+empty_cache is a new start for xseg (it places and calls the driver as a
+fresh process does; test_steady, a_new_start_places_as_a_fresh_process)
+and leaves PyTorch's own allocators nothing cached.  Rows carry "repeat"
+(0-based); benchmarks/cold_summary.py reads them.
 """
 import argparse
 import json
@@ -78,15 +86,21 @@ def main():
                     help="keep the GPU busy for S seconds from just before each pass, on a stream of its own "
                          "that the pass does not wait for, as a training step's kernels run while it allocates "
                          "(whether driver calls cost the same beside them)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="replay the list N times in this process, its order rotated by one each time")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1, not %d" % a.repeat)
     torch.cuda.init()
     name = torch.cuda.get_allocator_backend()
     if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         name = "expandable"
     rows = []
-    for path in a.traces:
-        events, peak = parse_trace(path)
+    parsed = {path: parse_trace(path)[0] for path in a.traces}
+    order = [(rep, a.traces[(i + rep) % len(a.traces)]) for rep in range(a.repeat) for i in range(len(a.traces))]
+    for rep, path in order:
+        events = parsed[path]
         nstreams = 1 + max((e[3] for e in events), default=0)
         streams = [torch.cuda.current_stream()] + [torch.cuda.Stream() for _ in range(nstreams - 1)]
         torch.cuda.synchronize()
@@ -95,7 +109,7 @@ def main():
         if a.settle > 0:
             time.sleep(a.settle)
         row = {"allocator": name, "trace": os.path.basename(path).rsplit(".", 1)[0], "events": len(events),
-               "busy_s": a.busy}
+               "busy_s": a.busy, "repeat": rep}
         busy = torch.cuda.Stream() if a.busy > 0 else None
         for k in (1, 2):
             c0 = counters()

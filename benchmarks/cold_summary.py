@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""cold_summary.py: first passes from empty, many of them, under two allocators.
+
+    python3 benchmarks/cold_summary.py [--base native] [--new xseg] FILE...
+
+Each FILE is the JSON of one `test/gpu/torch_passes.py --repeat N` process,
+named ...-R.json where R is its round: in each round one process ran under
+each allocator, one after the other (test/gpu/run.sh cold).  Per trace this
+prints, for the first passes from empty (us_per_event_1):
+
+  n        first passes of each allocator;
+  median   microseconds per event of each allocator, over all its passes;
+  pooled   the new allocator's median over the base's;
+  paired   the median over rounds of (the new's median in that round over
+           the base's in the same round): a round's two processes ran
+           seconds apart, so a slow phase of a shared machine falls on both;
+  cpu      as pooled, each pass divided first by the CPU reference timed
+           around it (cpu_ref_us_1), which follows the machine's speed;
+  calls    the new allocator's driver calls from empty (least-most over its
+           passes): under xseg each pass after the process's first follows a
+           new start and should make the first's calls, so a spread here
+           means a repeat was not from empty.
+
+Exit status 2 names the file and what is wrong when an input is unreadable,
+names no round, or lacks a field; 1 when the two allocators share no trace.
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+
+CALLS = ("num_device_alloc", "num_device_free", "num_map", "num_unmap", "num_set_access")
+
+
+def fail(msg):
+    print("cold_summary.py: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def load(paths):
+    """{allocator: {trace: {round: [row, ...]}}} from the files."""
+    out = {}
+    for path in paths:
+        m = re.search(r"-(\d+)\.json$", path)
+        if not m:
+            fail("%s: the name gives no round (expected ...-R.json)" % path)
+        rnd = int(m.group(1))
+        try:
+            with open(path) as f:
+                rows = json.load(f)
+        except (OSError, ValueError) as e:
+            fail("%s: %s" % (path, e))
+        if not isinstance(rows, list):
+            fail("%s: expected a list of rows" % path)
+        for i, r in enumerate(rows):
+            for k in ("allocator", "trace", "us_per_event_1", "cpu_ref_us_1"):
+                if not isinstance(r, dict) or k not in r:
+                    fail("%s: row %d has no %s" % (path, i, k))
+            if r["cpu_ref_us_1"] <= 0:
+                fail("%s: row %d: cpu_ref_us_1 is %r" % (path, i, r["cpu_ref_us_1"]))
+            out.setdefault(r["allocator"], {}).setdefault(r["trace"], {}).setdefault(rnd, []).append(r)
+    return out
+
+
+def calls(r):
+    d = r.get("driver_1")
+    return sum(d.get(k, 0) for k in CALLS) if d else None
+
+
+def summarize(data, base, new):
+    """One dict per trace that both allocators replayed, in name order."""
+    if base not in data or new not in data:
+        return []
+    out = []
+    for trace in sorted(set(data[base]) & set(data[new])):
+        b, n = data[base][trace], data[new][trace]
+        bs = [r for rows in b.values() for r in rows]
+        ns = [r for rows in n.values() for r in rows]
+        med = lambda rows, f: statistics.median(f(r) for r in rows)  # noqa: E731
+        us = lambda r: r["us_per_event_1"]  # noqa: E731
+        rel = lambda r: r["us_per_event_1"] / r["cpu_ref_us_1"]  # noqa: E731
+        paired = [med(n[k], us) / med(b[k], us) for k in sorted(set(b) & set(n))]
+        c = [x for x in (calls(r) for r in ns) if x is not None]
+        out.append({
+            "trace": trace, "n_base": len(bs), "n_new": len(ns),
+            "base_us": med(bs, us), "new_us": med(ns, us),
+            "pooled": med(ns, us) / med(bs, us),
+            "paired": statistics.median(paired) if paired else None, "rounds": len(paired),
+            "cpu": med(ns, rel) / med(bs, rel),
+            "calls": (min(c), max(c)) if c else None,
+        })
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", default="native", help="the allocator the ratios divide by (default native)")
+    ap.add_argument("--new", default="xseg", help="the allocator measured against it (default xseg)")
+    ap.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    rows = summarize(load(a.files), a.base, a.new)
+    if not rows:
+        print("cold_summary.py: no trace was replayed under both %s and %s" % (a.base, a.new), file=sys.stderr)
+        return 1
+    print("%-22s %7s %9s %9s | %6s %6s %6s | %s" % ("trace", "n", a.base + " us", a.new + " us", "pooled",
+                                                 "paired", "cpu", a.new + " calls from empty"))
+    for r in rows:
+        paired = "%5.2fx" % r["paired"] if r["paired"] is not None else "     -"
+        calls_s = "%d-%d" % r["calls"] if r["calls"] else "-"
+        print("%-22s %3d/%-3d %9.3f %9.3f | %5.2fx %s %5.2fx | %s (%d rounds)" % (
+            r["trace"], r["n_base"], r["n_new"], r["base_us"], r["new_us"], r["pooled"], paired, r["cpu"],
+            calls_s, r["rounds"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
