@@ -16,6 +16,11 @@ prints, for the first passes from empty (us_per_event_1):
            seconds apart, so a slow phase of a shared machine falls on both;
   cpu      as pooled, each pass divided first by the CPU reference timed
            around it (cpu_ref_us_1), which follows the machine's speed;
+  fast     as pooled, over the passes of the machine's fast phases only:
+           those whose CPU reference is within FAST (1.2) times the least
+           of all passes in the files (a leased machine runs in phases of
+           seconds, one about 1.8 times slower than the other; a pass that
+           straddles two is left out); with how many passes of each;
   calls    the new allocator's driver calls from empty (least-most over its
            passes): under xseg each pass after the process's first follows a
            new start and should make the first's calls, so a spread here
@@ -68,10 +73,12 @@ def calls(r):
     return sum(d.get(k, 0) for k in CALLS) if d else None
 
 
-def summarize(data, base, new):
+def summarize(data, base, new, fast=1.2):
     """One dict per trace that both allocators replayed, in name order."""
     if base not in data or new not in data:
         return []
+    least = min(r["cpu_ref_us_1"] for t in data.values() for rounds in t.values() for rows in rounds.values()
+                for r in rows)
     out = []
     for trace in sorted(set(data[base]) & set(data[new])):
         b, n = data[base][trace], data[new][trace]
@@ -82,6 +89,8 @@ def summarize(data, base, new):
         rel = lambda r: r["us_per_event_1"] / r["cpu_ref_us_1"]  # noqa: E731
         paired = [med(n[k], us) / med(b[k], us) for k in sorted(set(b) & set(n))]
         c = [x for x in (calls(r) for r in ns) if x is not None]
+        bf = [r for r in bs if r["cpu_ref_us_1"] <= least * fast]
+        nf = [r for r in ns if r["cpu_ref_us_1"] <= least * fast]
         out.append({
             "trace": trace, "n_base": len(bs), "n_new": len(ns),
             "base_us": med(bs, us), "new_us": med(ns, us),
@@ -89,6 +98,7 @@ def summarize(data, base, new):
             "paired": statistics.median(paired) if paired else None, "rounds": len(paired),
             "cpu": med(ns, rel) / med(bs, rel),
             "calls": (min(c), max(c)) if c else None,
+            "fast": med(nf, us) / med(bf, us) if bf and nf else None, "n_fast": (len(bf), len(nf)),
         })
     return out
 
@@ -97,20 +107,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default="native", help="the allocator the ratios divide by (default native)")
     ap.add_argument("--new", default="xseg", help="the allocator measured against it (default xseg)")
+    ap.add_argument("--fast", type=float, default=1.2,
+                    help="a pass is of a fast phase when its CPU reference is within this factor of the least")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
-    rows = summarize(load(a.files), a.base, a.new)
+    if a.fast < 1:
+        ap.error("--fast must be at least 1, not %g" % a.fast)
+    rows = summarize(load(a.files), a.base, a.new, a.fast)
     if not rows:
         print("cold_summary.py: no trace was replayed under both %s and %s" % (a.base, a.new), file=sys.stderr)
         return 1
-    print("%-22s %7s %9s %9s | %6s %6s %6s | %s" % ("trace", "n", a.base + " us", a.new + " us", "pooled",
-                                                 "paired", "cpu", a.new + " calls from empty"))
+    print("%-22s %7s %9s %9s | %6s %6s %6s %6s %7s | %s" % (
+        "trace", "n", a.base + " us", a.new + " us", "pooled", "paired", "cpu", "fast", "n fast",
+        a.new + " calls from empty"))
     for r in rows:
         paired = "%5.2fx" % r["paired"] if r["paired"] is not None else "     -"
+        fast = "%5.2fx" % r["fast"] if r["fast"] is not None else "     -"
         calls_s = "%d-%d" % r["calls"] if r["calls"] else "-"
-        print("%-22s %3d/%-3d %9.3f %9.3f | %5.2fx %s %5.2fx | %s (%d rounds)" % (
-            r["trace"], r["n_base"], r["n_new"], r["base_us"], r["new_us"], r["pooled"], paired, r["cpu"],
-            calls_s, r["rounds"]))
+        print("%-22s %3d/%-3d %9.3f %9.3f | %5.2fx %s %5.2fx %s %3d/%-3d | %s (%d rounds)" % (
+            r["trace"], r["n_base"], r["n_new"], r["base_us"], r["new_us"], r["pooled"], paired, r["cpu"], fast,
+            r["n_fast"][0], r["n_fast"][1], calls_s, r["rounds"]))
     return 0
 
 

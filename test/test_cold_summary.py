@@ -71,9 +71,18 @@ def summary_cases(tmp):
     # xseg 5/1000, 5/500, 8/2000 -> .005,.01,.004 -> .005: 1.25.
     check(close(r["cpu"], 1.25), "cpu-relative ratio 1.25: %r" % r["cpu"])
     check(r["calls"] == (30, 36), "calls from empty: the five kinds only, least and most: %r" % (r["calls"],))
+    # Fast phases: the least reference is 500 (xseg's second pass), so within 1.2x of it: none of
+    # native's (1000, 2000) - no ratio; with --fast 2 (up to 1000): native 2,4,6 -> 4, xseg 5,5 -> 5.
+    check(r["fast"] is None and r["n_fast"] == (0, 1), "no fast ratio without fast passes of both: %r" % r)
+    r2 = cs.summarize(cs.load(files), "native", "xseg", 2.0)[0]
+    check(close(r2["fast"], 1.25) and r2["n_fast"] == (3, 2), "fast-phase ratio 5/4 with --fast 2: %r" % r2)
     rc, out, err = run(*files)
     check(rc == 0 and "0.83x" in out and "1.12x" in out and "1.25x" in out and "30-36" in out,
           "command line prints the ratios: rc %d\n%s%s" % (rc, out, err))
+    rc, out, err = run("--fast", "2", *files)
+    check(rc == 0 and "1.25x   3/2" in out, "--fast 2 prints the fast ratio and counts: %s%s" % (out, err))
+    rc, out, err = run("--fast", "0.5", *files)
+    check(rc == 2 and "--fast" in err, "--fast below 1 refused: rc %d %s" % (rc, err))
     rc, out, err = run("--base", "xseg", "--new", "native", *files)
     check(rc == 0 and "1.20x" in out, "--base and --new swap the ratio (6/5): %s%s" % (out, err))
 
