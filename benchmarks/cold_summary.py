@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """cold_summary.py: first passes from empty, many of them, under two allocators.
 
-    python3 benchmarks/cold_summary.py [--base native] [--new xseg] FILE...
+    python3 benchmarks/cold_summary.py [--base native] [--new xseg] [--fast F] [--warm] FILE...
 
 Each FILE is the JSON of one `test/gpu/torch_passes.py --repeat N` process,
 named ...-R.json where R is its round: in each round one process ran under
@@ -26,6 +26,9 @@ prints, for the first passes from empty (us_per_event_1):
            new start and should make the first's calls, so a spread here
            means a repeat was not from empty.
 
+--warm reads the second passes instead (us_per_event_2, cpu_ref_us_2,
+driver_2), each run with the cache its first pass left.
+
 Exit status 2 names the file and what is wrong when an input is unreadable,
 names no round, or lacks a field; 1 when the two allocators share no trace.
 """
@@ -43,8 +46,9 @@ def fail(msg):
     sys.exit(2)
 
 
-def load(paths):
-    """{allocator: {trace: {round: [row, ...]}}} from the files."""
+def load(paths, which=1):
+    """{allocator: {trace: {round: [row, ...]}}} from the files, each row
+    checked for the fields of pass `which` (1 from empty, 2 warm)."""
     out = {}
     for path in paths:
         m = re.search(r"-(\d+)\.json$", path)
@@ -59,25 +63,27 @@ def load(paths):
         if not isinstance(rows, list):
             fail("%s: expected a list of rows" % path)
         for i, r in enumerate(rows):
-            for k in ("allocator", "trace", "us_per_event_1", "cpu_ref_us_1"):
+            ref = "cpu_ref_us_%d" % which
+            for k in ("allocator", "trace", "us_per_event_%d" % which, ref):
                 if not isinstance(r, dict) or k not in r:
                     fail("%s: row %d has no %s" % (path, i, k))
-            if r["cpu_ref_us_1"] <= 0:
-                fail("%s: row %d: cpu_ref_us_1 is %r" % (path, i, r["cpu_ref_us_1"]))
+            if r[ref] <= 0:
+                fail("%s: row %d: %s is %r" % (path, i, ref, r[ref]))
             out.setdefault(r["allocator"], {}).setdefault(r["trace"], {}).setdefault(rnd, []).append(r)
     return out
 
 
-def calls(r):
-    d = r.get("driver_1")
+def calls(r, which=1):
+    d = r.get("driver_%d" % which)
     return sum(d.get(k, 0) for k in CALLS) if d else None
 
 
-def summarize(data, base, new, fast=1.2):
+def summarize(data, base, new, fast=1.2, which=1):
     """One dict per trace that both allocators replayed, in name order."""
     if base not in data or new not in data:
         return []
-    least = min(r["cpu_ref_us_1"] for t in data.values() for rounds in t.values() for rows in rounds.values()
+    ref, use = "cpu_ref_us_%d" % which, "us_per_event_%d" % which
+    least = min(r[ref] for t in data.values() for rounds in t.values() for rows in rounds.values()
                 for r in rows)
     out = []
     for trace in sorted(set(data[base]) & set(data[new])):
@@ -85,12 +91,12 @@ def summarize(data, base, new, fast=1.2):
         bs = [r for rows in b.values() for r in rows]
         ns = [r for rows in n.values() for r in rows]
         med = lambda rows, f: statistics.median(f(r) for r in rows)  # noqa: E731
-        us = lambda r: r["us_per_event_1"]  # noqa: E731
-        rel = lambda r: r["us_per_event_1"] / r["cpu_ref_us_1"]  # noqa: E731
+        us = lambda r: r[use]  # noqa: E731
+        rel = lambda r: r[use] / r[ref]  # noqa: E731
         paired = [med(n[k], us) / med(b[k], us) for k in sorted(set(b) & set(n))]
-        c = [x for x in (calls(r) for r in ns) if x is not None]
-        bf = [r for r in bs if r["cpu_ref_us_1"] <= least * fast]
-        nf = [r for r in ns if r["cpu_ref_us_1"] <= least * fast]
+        c = [x for x in (calls(r, which) for r in ns) if x is not None]
+        bf = [r for r in bs if r[ref] <= least * fast]
+        nf = [r for r in ns if r[ref] <= least * fast]
         out.append({
             "trace": trace, "n_base": len(bs), "n_new": len(ns),
             "base_us": med(bs, us), "new_us": med(ns, us),
@@ -109,17 +115,19 @@ def main():
     ap.add_argument("--new", default="xseg", help="the allocator measured against it (default xseg)")
     ap.add_argument("--fast", type=float, default=1.2,
                     help="a pass is of a fast phase when its CPU reference is within this factor of the least")
+    ap.add_argument("--warm", action="store_true", help="the second, warm passes instead of the first")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
+    which = 2 if a.warm else 1
     if a.fast < 1:
         ap.error("--fast must be at least 1, not %g" % a.fast)
-    rows = summarize(load(a.files), a.base, a.new, a.fast)
+    rows = summarize(load(a.files, which), a.base, a.new, a.fast, which)
     if not rows:
         print("cold_summary.py: no trace was replayed under both %s and %s" % (a.base, a.new), file=sys.stderr)
         return 1
     print("%-22s %7s %9s %9s | %6s %6s %6s %6s %7s | %s" % (
         "trace", "n", a.base + " us", a.new + " us", "pooled", "paired", "cpu", "fast", "n fast",
-        a.new + " calls from empty"))
+        a.new + (" calls warm" if a.warm else " calls from empty")))
     for r in rows:
         paired = "%5.2fx" % r["paired"] if r["paired"] is not None else "     -"
         fast = "%5.2fx" % r["fast"] if r["fast"] is not None else "     -"

@@ -29,8 +29,9 @@ def close(a, b):
 
 
 def row(alloc, trace, us, ref=1000.0, calls=None, rep=0):
+    # The warm pass: half the time, the same reference, no driver call.
     r = {"allocator": alloc, "trace": trace, "events": 10, "us_per_event_1": us, "cpu_ref_us_1": ref,
-         "repeat": rep}
+         "us_per_event_2": us / 2, "cpu_ref_us_2": ref, "driver_2": {"num_device_alloc": 0}, "repeat": rep}
     if calls is not None:
         r["driver_1"] = {"num_device_alloc": calls, "num_map": calls, "num_set_access": calls,
                          "num_conversions": 99}
@@ -83,6 +84,11 @@ def summary_cases(tmp):
     check(rc == 0 and "1.25x   3/2" in out, "--fast 2 prints the fast ratio and counts: %s%s" % (out, err))
     rc, out, err = run("--fast", "0.5", *files)
     check(rc == 2 and "--fast" in err, "--fast below 1 refused: rc %d %s" % (rc, err))
+    w = cs.summarize(cs.load(files, 2), "native", "xseg", 1.2, 2)[0]
+    check(close(w["base_us"], 3) and close(w["new_us"], 2.5) and w["calls"] == (0, 0),
+          "--warm: the second passes' medians and calls: %r" % w)
+    rc, out, err = run("--warm", *files)
+    check(rc == 0 and "calls warm" in out and "0.83x" in out, "--warm on the command line: %s%s" % (out, err))
     rc, out, err = run("--base", "xseg", "--new", "native", *files)
     check(rc == 0 and "1.20x" in out, "--base and --new swap the ratio (6/5): %s%s" % (out, err))
 
@@ -98,6 +104,10 @@ def error_cases(tmp):
     check(rc == 2 and "bad-xseg-1.json" in err, "malformed JSON named: rc %d %s" % (rc, err))
     rc, _, err = run(good, write(tmp, "miss-xseg-1.json", [{"allocator": "xseg", "trace": "t"}]))
     check(rc == 2 and "us_per_event_1" in err and "row 0" in err, "a missing field named: rc %d %s" % (rc, err))
+    cold_only = write(tmp, "cold-xseg-1.json", [{"allocator": "xseg", "trace": "t", "us_per_event_1": 1,
+                                                 "cpu_ref_us_1": 1}])
+    rc, _, err = run("--warm", good, cold_only)
+    check(rc == 2 and "us_per_event_2" in err, "--warm on rows without a second pass: rc %d %s" % (rc, err))
     rc, _, err = run(good, write(tmp, "zero-xseg-1.json", [row("xseg", "t", 1, ref=0)]))
     check(rc == 2 and "cpu_ref_us_1" in err, "a CPU reference of 0 refused: rc %d %s" % (rc, err))
     rc, _, err = run(good)
