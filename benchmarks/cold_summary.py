@@ -85,14 +85,21 @@ def summarize(data, base, new, fast=1.2, which=1):
     ref, use = "cpu_ref_us_%d" % which, "us_per_event_%d" % which
     least = min(r[ref] for t in data.values() for rounds in t.values() for rows in rounds.values()
                 for r in rows)
+
+    def med(rows, f):
+        return statistics.median(f(r) for r in rows)
+
+    def us(r):
+        return r[use]
+
+    def rel(r):
+        return r[use] / r[ref]
+
     out = []
     for trace in sorted(set(data[base]) & set(data[new])):
         b, n = data[base][trace], data[new][trace]
         bs = [r for rows in b.values() for r in rows]
         ns = [r for rows in n.values() for r in rows]
-        med = lambda rows, f: statistics.median(f(r) for r in rows)  # noqa: E731
-        us = lambda r: r[use]  # noqa: E731
-        rel = lambda r: r[use] / r[ref]  # noqa: E731
         paired = [med(n[k], us) / med(b[k], us) for k in sorted(set(b) & set(n))]
         c = [x for x in (calls(r, which) for r in ns) if x is not None]
         bf = [r for r in bs if r[ref] <= least * fast]
