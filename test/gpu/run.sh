@@ -19,7 +19,9 @@
 #   cold   first passes from empty through PyTorch, many of them: the default
 #          allocator and xseg in alternate processes, COLD_ROUNDS rounds (4), each
 #          process replaying every trace COLD_REPEAT times (5; torch_passes.py
-#          --repeat --settle 1), summed up by benchmarks/cold_summary.py
+#          --repeat --settle 1), summed up by benchmarks/cold_summary.py; with
+#          BASE_TAR, the build of that archive too (xseg-base), and both builds
+#          compared (cold-ab.txt)
 #   passes-ab  xseg-bench passes of this tree against BASE_TAR, alternating, AB_ROUNDS rounds (2)
 #   tight-ab   each trace replayed once under a cap of TIGHT_FACTOR (1.02) times its peak
 #          (grow_then_split, which needs more, 1.03), this tree against BASE_TAR,
@@ -119,6 +121,18 @@ install_python() {
   python3 -c 'import xseg, xseg._torch as t; print("xseg", xseg.version(), "binding for torch", t.TORCH_VERSION)' || return 1
   PY_INSTALLED=1
 }
+# The package built from BASE_TAR and from this tree, each in a folder of its
+# own (/tmp/py-base, /tmp/py-new), for runs that put two builds side by side.
+install_ab() {
+  [[ -n "${AB_INSTALLED:-}" ]] && return 0
+  [[ -n "${BASE_TAR:-}" ]] || { echo "BASE_TAR is not set"; return 1; }
+  rm -rf /tmp/base-src /tmp/py-base /tmp/py-new && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
+    python3 -m pip install --no-build-isolation --no-deps --no-index -q --target /tmp/py-base /tmp/base-src/python \
+      >"$OUT/pip-base.log" 2>&1 &&
+    python3 -m pip install --no-build-isolation --no-deps --no-index -q --target /tmp/py-new ./python \
+      >"$OUT/pip-new.log" 2>&1 || { echo "pip install failed"; tail -20 "$OUT"/pip-*.log; return 1; }
+  AB_INSTALLED=1
+}
 xseg_env() { env -u PYTHONPATH XSEG_ALLOC_CONF="${XSEG_CONF:-}" "$@"; }
 native_env() { env -u PYTHONPATH -u XSEG_ALLOC_CONF "$@"; }
 
@@ -177,11 +191,7 @@ fi
 
 if want torch-ab; then
   log "passes through PyTorch: this tree against ${BASE_TAR:-(no BASE_TAR)}, alternating"
-  rm -rf /tmp/base-src /tmp/py-base /tmp/py-new && mkdir -p /tmp/base-src && tar -C /tmp/base-src -xzf "$BASE_TAR" &&
-    python3 -m pip install --no-build-isolation --no-deps --no-index -q --target /tmp/py-base /tmp/base-src/python \
-      >"$OUT/pip-base.log" 2>&1 &&
-    python3 -m pip install --no-build-isolation --no-deps --no-index -q --target /tmp/py-new ./python \
-      >"$OUT/pip-new.log" 2>&1 || { echo "pip install failed"; tail -20 "$OUT"/pip-*.log; rc=1; }
+  install_ab || rc=1
   mapfile -t traces < <(trace_paths)
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   export PYTHONUNBUFFERED=1
@@ -245,16 +255,28 @@ if want cold; then
   mapfile -t traces < <(trace_paths)
   [[ ${#traces[@]} -eq 0 ]] && traces=(benchmarks/traces/*.trace)
   export PYTHONUNBUFFERED=1
+  # With BASE_TAR, the build of BASE_TAR runs too (as xseg-base), each round
+  # in the order rotated by one.
+  allocs=(native xseg)
+  if [[ -n "${BASE_TAR:-}" ]]; then install_ab && allocs+=(xseg-base) || rc=1; fi
   for round in $(seq 1 "$rounds"); do
-    order="native xseg"
-    ((round % 2)) || order="xseg native"
-    for which in $order; do
-      if [[ $which == native ]]; then run_env=native_env; else run_env=xseg_env; fi
-      $run_env python3 test/gpu/torch_passes.py --settle 1 --repeat "$repeat" --json "$OUT/cold-$which-$round.json" \
-        "${traces[@]}" >>"$OUT/cold.log" 2>&1 || { rc=1; tail -5 "$OUT/cold.log"; }
+    n=${#allocs[@]} order=()
+    for ((i = 0; i < n; i++)); do order+=("${allocs[(i + round - 1) % n]}"); done
+    for which in "${order[@]}"; do
+      case $which in
+        native) run=(native_env) ;;
+        xseg) run=(xseg_env) ;;
+        xseg-base) run=(env PYTHONPATH=/tmp/py-base:test/gpu XSEG_ALLOC_CONF="${XSEG_CONF:-}") ;;
+      esac
+      "${run[@]}" python3 test/gpu/torch_passes.py --settle 1 --repeat "$repeat" --label "$which" \
+        --json "$OUT/cold-$which-$round.json" "${traces[@]}" >>"$OUT/cold.log" 2>&1 || { rc=1; tail -5 "$OUT/cold.log"; }
     done
   done
   python3 benchmarks/cold_summary.py "$OUT"/cold-*.json | tee "$OUT/cold.txt" || rc=1
+  if [[ " ${allocs[*]} " == *" xseg-base "* ]]; then
+    python3 benchmarks/cold_summary.py --base xseg-base --new xseg "$OUT"/cold-*.json | tee "$OUT/cold-ab.txt" || rc=1
+    python3 benchmarks/cold_summary.py --new xseg-base "$OUT"/cold-*.json | tee "$OUT/cold-base.txt" || rc=1
+  fi
 fi
 
 if want passes-ab; then

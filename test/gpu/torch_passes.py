@@ -88,6 +88,9 @@ def main():
                          "(whether driver calls cost the same beside them)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="replay the list N times in this process, its order rotated by one each time")
+    ap.add_argument("--label", default=None,
+                    help="the allocator's name in the rows (default: torch's backend name, or expandable); "
+                         "two builds of xseg told apart in one set of files")
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
     if a.repeat < 1:
@@ -96,6 +99,8 @@ def main():
     name = torch.cuda.get_allocator_backend()
     if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         name = "expandable"
+    if a.label:
+        name = a.label
     rows = []
     parsed = {path: parse_trace(path)[0] for path in a.traces}
     order = [(rep, a.traces[(i + rep) % len(a.traces)]) for rep in range(a.repeat) for i in range(len(a.traces))]
