@@ -439,6 +439,7 @@ int xs_empty_cache(xs_device_t *d) {
     d->live_peak = 0;
     d->peak_step = 0;
     d->together = d->apart = 0;
+    d->grown_streak = 0;
     memset(d->no_fit, 0, sizeof d->no_fit);
     memset(d->asked, 0, sizeof d->asked);
     xs_rerun_t *r = &d->rerun;

@@ -209,6 +209,7 @@ struct xs_device_s {
    * (together) or not (apart): the placement rule's evidence (expandable.c). */
   uint64_t large_frees;
   uint32_t together, apart;
+  size_t grown_streak;           /* bytes of growth chunks made since the last large free (expandable.c, grown_chunk) */
   uint64_t live_peak;            /* most bytes live at once (all classes) since the last new start */
   uint64_t peak_step;            /* live_peak when it last rose by more than 1/XS_SETTLE_RISE */
   uint64_t peak_step_at;         /* bytes handed out (all classes) at that moment */

@@ -472,6 +472,7 @@ static void exp_note_free(xs_device_t *d, xs_block_t *b) {
     rerun_turn(d);
   }
   if (b->seg->pool->cls != XS_LARGE) return; /* small blocks share pages by design, hundreds to a page */
+  d->grown_streak = 0; /* the program no longer only allocates (grown_chunk) */
   const uint64_t n = ++d->large_frees;
   if (b->alone_since) {
     if (n - b->alone_since <= XS_TOGETHER_FREES)
@@ -542,7 +543,13 @@ static int grown_chunk_allowed(const xs_device_t *d) {
 static size_t grown_chunk(xs_device_t *d, const xs_pool_t *p, size_t size) {
   if (p->cls != XS_LARGE || size > XS_GROWN_CHUNK / XS_GROWN_SPAN || !grown_chunk_allowed(d)) return 0;
   if (fresh_look(d) && !grown_chunk_allowed(d)) return 0;
-  return XS_GROWN_CHUNK;
+  /* While the program only allocates, each chunk may be twice the last, up
+   * to XS_GROWN_STREAK_MAX, while it stays within 1/XS_GROWN_STREAK_DIV of
+   * the chunks made since the last large free (expandable.h). */
+  size_t g = XS_GROWN_CHUNK;
+  while (g < XS_GROWN_STREAK_MAX && g * 2 <= d->grown_streak / XS_GROWN_STREAK_DIV && grown_budget_has(d, g * 2))
+    g *= 2;
+  return g;
 }
 
 static int grow(xs_device_t *d, xs_pool_t *p, size_t size, int chunked, xs_fit_t *f) {
@@ -597,6 +604,7 @@ static int grow(xs_device_t *d, xs_pool_t *p, size_t size, int chunked, xs_fit_t
   if (ahead) {
     f->pin = pins_big(d, f->b, f->addr, take);
     f->budget = XS_PINS_GROWN;
+    d->grown_streak += g;
   }
   return 0;
 }

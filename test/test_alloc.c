@@ -1615,10 +1615,14 @@ XT_TEST(any_idle_handle_is_pinned_early_on_a_large_device) {
 
 /* Growth chunks (pool/expandable.h, XS_GROWN_*): on a device with room
  * for 1,024 chunks of 64 MiB, while it holds at most an eighth of the
- * room, a request of at most 16 MiB that nothing free fits maps one 64 MiB
- * handle and takes its start, and the next requests fill the rest with no
- * driver call; within a budget of 1/XS_GROWN_PIN_DIV of the room (32
- * chunks on 64 GiB), after which each growth maps its own handle again.
+ * room, a request of at most 16 MiB that nothing free fits maps one
+ * handle ahead and takes its start, and the next requests fill the rest
+ * with no driver call; within a budget of 1/XS_GROWN_PIN_DIV of the room
+ * (2 GiB on 64 GiB), after which each growth maps its own handle again.
+ * While nothing large is freed (a streak, XS_GROWN_STREAK_*), a chunk is
+ * twice the last once it is at most half the chunks made so far, up to
+ * 256 MiB: 64, 64, 64, 64, 128, 128 and six of 256 MiB fill the budget
+ * exactly.
  * Two blocks of each chunk are written and read back (all of them would
  * touch 2 GiB of host memory). */
 static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) {
@@ -1633,50 +1637,98 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
   XT_REQUIRE(big);
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates + 1);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
-  enum { MAX_CHUNKS = 32, MAX_N = MAX_CHUNKS * 16 + 10 };
-  const int chunks = (int)(cap_mb * MiB / XS_GROWN_PIN_DIV / (64 * MiB)), n = chunks * 16 + 10;
-  XT_REQUIRE(chunks >= 2 && chunks <= MAX_CHUNKS);
-  static char *b[MAX_N];
-  static long long made[MAX_N];
-#define WRITTEN(i) ((i) % 16 == 0 || (i) % 16 == 9)
-  for (int i = 0; i < n; i++) {
+  /* The chunks of the streak, in blocks of 4 MiB, and where each starts. */
+  static const int chunk_blocks[] = {16, 16, 16, 16, 32, 32, 64, 64, 64, 64, 64, 64};
+  enum { NCHUNK = sizeof chunk_blocks / sizeof chunk_blocks[0], IN_CHUNKS = 512, N = IN_CHUNKS + 10 };
+  XT_REQUIRE(cap_mb * MiB / XS_GROWN_PIN_DIV == IN_CHUNKS * 4 * MiB || !expect_chunks);
+  static char *b[N];
+  static long long made[N];
+  static int chunk_of[N], start_of[N];
+  for (int k = 0, i = 0; k < NCHUNK; k++)
+    for (int j = 0; j < chunk_blocks[k]; j++, i++) {
+      chunk_of[i] = k;
+      start_of[i] = i - j;
+    }
+#define WRITTEN(i) ((i) == start_of[i] || (i) == start_of[i] + 9)
+  for (int i = 0; i < N; i++) {
     creates = t_stat(0, "num_device_alloc");
     b[i] = xseg_malloc(4 * MiB, 0, NULL);
     XT_REQUIRE(b[i]);
-    if (WRITTEN(i)) t_fill(b[i], 4 * MiB, 10 + (uint64_t)i);
+    if (i < IN_CHUNKS && WRITTEN(i)) t_fill(b[i], 4 * MiB, 10 + (uint64_t)i);
     made[i] = t_stat(0, "num_device_alloc") - creates;
   }
   if (expect_chunks) {
-    /* 16 blocks a chunk: the first block of each made one handle, the
-     * other 15 none; past the budget every block made its own. */
-    for (int i = 0; i < n; i++) {
-      const long long want = i < chunks * 16 ? i % 16 == 0 : 1;
+    /* The first block of each chunk made one handle, the others none;
+     * past the budget every block made its own. */
+    for (int i = 0; i < N; i++) {
+      const long long want = i < IN_CHUNKS ? i == start_of[i] : 1;
       XT_CHECK_MSG(made[i] == want, "block %d made %lld handles, not %lld", i, made[i], want);
-      if (i < chunks * 16 && i % 16)
-        XT_CHECK_MSG(b[i] >= b[i / 16 * 16] && b[i] + 4 * MiB <= b[i / 16 * 16] + 64 * MiB,
+      if (i < IN_CHUNKS && i != start_of[i]) {
+        const char *c0 = b[start_of[i]];
+        XT_CHECK_MSG(b[i] >= c0 && b[i] + 4 * MiB <= c0 + (size_t)chunk_blocks[chunk_of[i]] * 4 * MiB,
                      "block %d lies outside its chunk", i);
+      }
     }
-    /* Blocks 1-15 of the last chunk freed: it stays pinned by its first. */
-    for (int i = chunks * 16 - 15; i < chunks * 16; i++) {
+    /* All but the first block of the last chunk freed: it stays pinned by that one. */
+    for (int i = IN_CHUNKS - 63; i < IN_CHUNKS; i++) {
       XT_CHECK_EQ(xseg_free(b[i]), 0);
       b[i] = NULL;
     }
-    XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 60 * MiB);
+    XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 252 * MiB);
   } else {
-    for (int i = 0; i < n; i++) XT_CHECK_MSG(made[i] == 1, "block %d made %lld handles, not one", i, made[i]);
+    for (int i = 0; i < N; i++) XT_CHECK_MSG(made[i] == 1, "block %d made %lld handles, not one", i, made[i]);
     XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   }
   T_CHECK_HEAP();
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < IN_CHUNKS; i++)
     if (b[i] && WRITTEN(i)) XT_CHECK(t_verify(b[i], 4 * MiB, 10 + (uint64_t)i));
 #undef WRITTEN
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < N; i++)
     if (b[i]) XT_CHECK_EQ(xseg_free(b[i]), 0);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
   XT_CHECK_EQ(xseg_free(big), 0);
   if (first) XT_CHECK_EQ(xseg_free(first), 0);
   T_CHECK_HEAP();
   XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+/* The streak ends when a large block is freed: with 4 MiB requests on a
+ * 64 GiB device, four 64 MiB chunks and then a 128 MiB one (blocks 0-95);
+ * without a free the next chunk is 128 MiB too (blocks 96-127).  With the
+ * second block freed before block 96, that block takes its place, and the
+ * chunks after it are 64 MiB again (blocks 97-112 and 113-128). */
+static void grown_streak_case(int free_large) {
+  XT_REQUIRE(t_init("host_capacity_mb:65536") == 0);
+  enum { N = 129 };
+  static char *b[N];
+  long long made[N];
+  char *hole = NULL;
+  for (int i = 0; i < N; i++) {
+    if (i == 96 && free_large) {
+      hole = b[1];
+      XT_CHECK_EQ(xseg_free(b[1]), 0);
+      b[1] = NULL;
+    }
+    const long long creates = t_stat(0, "num_device_alloc");
+    XT_REQUIRE((b[i] = xseg_malloc(4 * MiB, 0, NULL)) != NULL);
+    made[i] = t_stat(0, "num_device_alloc") - creates;
+  }
+  for (int i = 0; i < N; i++) {
+    int starts = (i % 16 == 0 && i < 64) || i == 64;
+    starts |= free_large ? i == 97 || i == 113 : i == 96 || i == 128;
+    XT_CHECK_MSG(made[i] == starts, "%s: block %d made %lld handles, not %d",
+                 free_large ? "after a large free" : "in one streak", i, made[i], starts);
+  }
+  if (free_large) XT_CHECK_MSG(b[96] == hole, "block 96 did not take the freed block's place");
+  T_CHECK_HEAP();
+  for (int i = 0; i < N; i++)
+    if (b[i]) XT_CHECK_EQ(xseg_free(b[i]), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+XT_TEST(a_large_free_ends_the_growth_chunks_streak) {
+  grown_streak_case(0);
+  grown_streak_case(1);
 }
 
 XT_TEST(small_requests_share_growth_chunks_on_a_large_device) {
@@ -2532,6 +2584,7 @@ int main(void) {
   XT_RUN(large_idle_handles_are_pinned_early_on_a_large_device);
   XT_RUN(any_idle_handle_is_pinned_early_on_a_large_device);
   XT_RUN(small_requests_share_growth_chunks_on_a_large_device);
+  XT_RUN(a_large_free_ends_the_growth_chunks_streak);
   XT_RUN(small_idle_handles_use_the_growth_chunks_budget_on_a_large_device);
   XT_RUN(an_idle_growth_sized_chunk_is_pinned_again_on_a_large_device);
   XT_RUN(surplus_pins_stop_beyond_a_sixth_of_the_room);
