@@ -545,8 +545,11 @@ static size_t grown_chunk(xs_device_t *d, const xs_pool_t *p, size_t size) {
   if (fresh_look(d) && !grown_chunk_allowed(d)) return 0;
   /* While the program only allocates, each chunk may be twice the last, up
    * to XS_GROWN_STREAK_MAX, while it stays within 1/XS_GROWN_STREAK_DIV of
-   * the chunks made since the last large free (expandable.h). */
+   * the chunks made since the last large free - but not while the pool
+   * packs: what it hands out then lives to the end, and so would the pin
+   * on a larger chunk's free rest (expandable.h). */
   size_t g = XS_GROWN_CHUNK;
+  if (packing(d, p->cls)) return g;
   while (g < XS_GROWN_STREAK_MAX && g * 2 <= d->grown_streak / XS_GROWN_STREAK_DIV && grown_budget_has(d, g * 2))
     g *= 2;
   return g;

@@ -495,8 +495,8 @@
 #define XS_GROWN_ROOM_DIV 1024
 #define XS_GROWN_PIN_DIV 32
 /* Growth chunks in a streak.  While a program only allocates (no large
- * block freed since the streak began: a model's set-up, a phase that
- * grows), a growth chunk is twice the size it would be, up to
+ * block freed since the streak began: a phase that grows) and the pool
+ * does not pack, a growth chunk is twice the size it would be, up to
  * XS_GROWN_STREAK_MAX, as long as it is at most 1/XS_GROWN_STREAK_DIV of
  * the growth chunks made in the streak and fits their budget: 64, 64, 64,
  * 64, 128, 128, 256, 256, ... MiB (xs_device_t.grown_streak; a large free
@@ -504,21 +504,21 @@
  * 4 GiB of 1-128 MiB blocks with nothing freed: with an H200's room
  * (host backend, modelled H100 driver time) its first pass makes 219
  * driver calls instead of 282 (5.5 -> 4.8 ms) and holds 7,174 MiB instead
- * of 7,276 (PyTorch's default 7,950); through PyTorch on an H200 its
- * measured driver time fell to 0.91 of the base's (median of 20 first
- * passes; the passes' time ratios, 0.87-1.03 by cold_summary.py's
- * readings, are within that lease's noise).  The fourteen first passes:
- * 158.5 -> 156.9 ms with an H200's room, 147.7 -> 145.2 with 180,000 MiB,
- * 184.3 -> 183.4 with 100,000, equal with an H100's, 256.2 -> 259.4 with
- * 64 GiB (grow_then_split 8.8 -> 6.6 there but GPT-2-medium 67.4 -> 71.4,
- * whose second pass makes 18 calls instead of 4,801); held peaks summed
- * lower at every room.  Costs: with traces scaled to ~96 GiB the recorded
- * GPT-2-small training needs 1.0052 of its peak under a cap instead of
- * 1.0033 (GPT-2-medium 1.0038 -> 1.0008, GPT-2 1.0052 -> 1.0048, the
- * other eleven equal); below 64 GiB of room nothing changes.  A ceiling of
- * 512 MiB made the same first-pass time with an H200's room but held more
- * (grow_then_split 7,334 MiB) for the same scaled cost; doubling at the
- * whole streak instead of half of it held up to 3.3 GB more on the
+ * of 7,276 (PyTorch's default 7,950); through PyTorch on an H200 the same
+ * calls and memory, and 0.91 of the base's measured driver time (median
+ * of 20 first passes).  No other trace moves but GPT-2-medium with
+ * 180,000 MiB (1,805 -> 1,769 calls); first passes summed 158.5 -> 157.8
+ * ms with an H200's room, 191.8 -> 189.7 with an H100's, 256.2 -> 254.1
+ * with 64 GiB, held peaks lower at every room, min budgets equal (below
+ * 64 GiB nothing changes; traces scaled to ~96 GiB: GPT-2-medium 1.0038
+ * -> 1.0035, the rest equal).  Doubling while the pool packs too (a
+ * model's set-up) moved training and the GPT-2 traces as well (training
+ * 507 -> 459 calls with an H200's room, GPT-2-medium's second pass with
+ * 64 GiB 4,801 -> 18) but cost the GPT-2-small training 0.0019 of its
+ * peak scaled under a cap (1.0033 -> 1.0052): what a packing pool hands
+ * out lives to the end, and pins a larger chunk's rest as long.  A
+ * ceiling of 512 MiB held more (grow_then_split 7,334 MiB); doubling at
+ * the whole streak instead of half of it held up to 3.3 GB more on the
  * GPT-2-small training; chunks for requests over 16 MiB in a streak
  * changed nothing (those requests extend a run already mapped)
  * (docs/benchmarks.md, "Growth chunks in a streak"). */

@@ -1613,6 +1613,20 @@ XT_TEST(any_idle_handle_is_pinned_early_on_a_large_device) {
   early_any_case(40960, 0, 0, "on a 40 GiB device");
 }
 
+/* Take the large pool out of packing (pool/expandable.h, XS_PACK_DIV):
+ * a 512 MiB block handed out and returned, and given back to the driver
+ * while `keep` stays live (so not a new start, which packs again).  Until
+ * 16 times that is handed out, the pool no longer packs. */
+static void t_unpack(const void *keep) {
+  XT_REQUIRE(keep);
+  const long long held = t_stat(0, "held_bytes.current");
+  char *gone = xseg_malloc(512 * MiB, 0, NULL);
+  XT_REQUIRE(gone);
+  XT_CHECK_EQ(xseg_free(gone), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  XT_CHECK(t_stat(0, "held_bytes.current") <= held); /* given back */
+}
+
 /* Growth chunks (pool/expandable.h, XS_GROWN_*): on a device with room
  * for 1,024 chunks of 64 MiB, while it holds at most an eighth of the
  * room, a request of at most 16 MiB that nothing free fits maps one
@@ -1637,6 +1651,7 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
   XT_REQUIRE(big);
   XT_CHECK_EQ(t_stat(0, "num_device_alloc"), creates + 1);
   XT_CHECK_EQ(t_stat(0, "free_in_pinned_handles_bytes"), 0);
+  t_unpack(big); /* a pool that packs keeps to 64 MiB (grown_streak_case) */
   /* The chunks of the streak, in blocks of 4 MiB, and where each starts. */
   static const int chunk_blocks[] = {16, 16, 16, 16, 32, 32, 64, 64, 64, 64, 64, 64};
   enum { NCHUNK = sizeof chunk_blocks / sizeof chunk_blocks[0], IN_CHUNKS = 512, N = IN_CHUNKS + 10 };
@@ -1696,9 +1711,14 @@ static void grown_chunk_case(size_t cap_mb, size_t first_mb, int expect_chunks) 
  * 64 GiB device, four 64 MiB chunks and then a 128 MiB one (blocks 0-95);
  * without a free the next chunk is 128 MiB too (blocks 96-127).  With the
  * second block freed before block 96, that block takes its place, and the
- * chunks after it are 64 MiB again (blocks 97-112 and 113-128). */
-static void grown_streak_case(int free_large) {
+ * chunks after it are 64 MiB again (blocks 97-112 and 113-128).  While
+ * the pool packs (`packs`: from a new start, nothing returned yet) every
+ * chunk is 64 MiB: what a packing pool hands out lives to the end, and
+ * would pin a larger chunk's rest as long. */
+static void grown_streak_case(int free_large, int packs) {
   XT_REQUIRE(t_init("host_capacity_mb:65536") == 0);
+  char *keep = xseg_malloc(4096, 0, NULL); /* small pool: neither a large free nor in a chunk */
+  if (!packs) t_unpack(keep);
   enum { N = 129 };
   static char *b[N];
   long long made[N];
@@ -1714,21 +1734,27 @@ static void grown_streak_case(int free_large) {
     made[i] = t_stat(0, "num_device_alloc") - creates;
   }
   for (int i = 0; i < N; i++) {
-    int starts = (i % 16 == 0 && i < 64) || i == 64;
-    starts |= free_large ? i == 97 || i == 113 : i == 96 || i == 128;
-    XT_CHECK_MSG(made[i] == starts, "%s: block %d made %lld handles, not %d",
-                 free_large ? "after a large free" : "in one streak", i, made[i], starts);
+    int starts;
+    if (packs)
+      starts = free_large ? (i < 96 && i % 16 == 0) || i == 97 || i == 113 || i == 129 : i % 16 == 0;
+    else
+      starts = (i % 16 == 0 && i < 64) || i == 64 || (free_large ? i == 97 || i == 113 : i == 96 || i == 128);
+    XT_CHECK_MSG(made[i] == starts, "%s%s: block %d made %lld handles, not %d",
+                 free_large ? "after a large free" : "in one streak", packs ? ", packing" : "", i, made[i], starts);
   }
   if (free_large) XT_CHECK_MSG(b[96] == hole, "block 96 did not take the freed block's place");
   T_CHECK_HEAP();
   for (int i = 0; i < N; i++)
     if (b[i]) XT_CHECK_EQ(xseg_free(b[i]), 0);
+  XT_CHECK_EQ(xseg_free(keep), 0);
   XT_CHECK_EQ(xseg_shutdown(), 0);
 }
 
 XT_TEST(a_large_free_ends_the_growth_chunks_streak) {
-  grown_streak_case(0);
-  grown_streak_case(1);
+  grown_streak_case(0, 0);
+  grown_streak_case(1, 0);
+  grown_streak_case(0, 1);
+  grown_streak_case(1, 1);
 }
 
 XT_TEST(small_requests_share_growth_chunks_on_a_large_device) {
