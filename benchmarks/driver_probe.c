@@ -28,11 +28,12 @@
  * reservation of its own of GiB (256 if not given).  With "idle" it asks
  * what a handle's calls cost after the driver has had no call for a while
  * (0.1-1000 ms, the thread sleeping or spinning), and what reserving
- * address space costs.  Needs a GPU:
+ * address space costs.  With "live [fd]" it asks whether a handle's calls
+ * cost more while thousands of others are mapped.  Needs a GPU:
  *
  *   cc -O2 -I/usr/local/cuda/include benchmarks/driver_probe.c \
  *      -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -o /tmp/driver_probe &&
- * /tmp/driver_probe [meminfo|overlap|idle|fresh [0|1|2]|limit [MiB [fd]]|tables [MiB [GiB]]]
+ * /tmp/driver_probe [meminfo|overlap|idle|live [fd]|fresh [0|1|2]|limit [MiB [fd]]|tables [MiB [GiB]]]
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -523,6 +524,58 @@ static void scattered_probe(CUdeviceptr va, int n, size_t sz) {
   CK(cuMemAddressFree(bva, 8 * bsz));
 }
 
+/* ---- with many handles mapped ------------------------------------------------------------ */
+
+/* Whether a handle's calls cost more while many others are mapped: n
+ * 2 MiB handles of lim_h mapped back to back in one reservation, as xseg
+ * maps a segment's pages, then 256 rounds of one 2 MiB handle created,
+ * mapped, given access, unmapped and released in a reservation of its own;
+ * medians of each call, for n = 0, 1024, 2048 and 4095. */
+static void live_probe(void) {
+  const size_t sz = (size_t)2 << 20;
+  const int counts[] = {0, 1024, 2048, 4095}, rounds = 256;
+  static double t[5][256];
+  CUdeviceptr va, one;
+  CK(cuMemAddressReserve(&va, 4096 * sz, 0, 0, 0));
+  CK(cuMemAddressReserve(&one, sz, 0, 0, 0));
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = lim_types;
+  printf("live: one 2 MiB handle's calls with n others mapped (handles %s), medians of %d, us\n",
+         lim_types == CU_MEM_HANDLE_TYPE_NONE ? "plain" : "shareable as POSIX descriptors", rounds);
+  int have = 0;
+  for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+    while (have < counts[k]) {
+      CK(lim_make(va, have, sz));
+      have++;
+    }
+    for (int r = 0; r < rounds; r++) {
+      CUmemGenericAllocationHandle h;
+      double t0 = now();
+      CK(cuMemCreate(&h, sz, &prop, 0));
+      double t1 = now();
+      CK(cuMemMap(one, sz, 0, h, 0));
+      double t2 = now();
+      CK(cuMemSetAccess(one, sz, &acc, 1));
+      double t3 = now();
+      CK(cuMemUnmap(one, sz));
+      double t4 = now();
+      CK(cuMemRelease(h));
+      double t5 = now();
+      t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3, t[4][r] = t5 - t4;
+    }
+    for (int c = 0; c < 5; c++) qsort(t[c], rounds, sizeof t[c][0], dcmp);
+    printf("  n=%5d  create %6.1f  map %5.1f  set access %6.1f  unmap %6.1f  release %6.1f  sum %6.1f\n", counts[k],
+           t[0][rounds / 2], t[1][rounds / 2], t[2][rounds / 2], t[3][rounds / 2], t[4][rounds / 2],
+           t[0][rounds / 2] + t[1][rounds / 2] + t[2][rounds / 2] + t[3][rounds / 2] + t[4][rounds / 2]);
+  }
+  for (int i = 0; i < have; i++) lim_drop(va, i, sz);
+  CK(cuMemAddressFree(one, sz));
+  CK(cuMemAddressFree(va, 4096 * sz));
+}
+
 /* What a create costs as the device's free memory runs out, and just after
  * memory was released there: a raw cuMemAlloc (the filler) leaves
  * `left` MiB free, 2 MiB handles are made (mapped, given access) until the
@@ -821,6 +874,11 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "limit")) {
     if (argc > 3 && !strcmp(argv[3], "fd")) lim_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     limit_probe(argc > 2 ? strtoul(argv[2], NULL, 10) : 1024);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "live")) {
+    if (argc > 2 && !strcmp(argv[2], "fd")) lim_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    live_probe();
     return 0;
   }
   if (argc > 1 && !strcmp(argv[1], "fresh")) {

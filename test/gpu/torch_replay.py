@@ -186,6 +186,7 @@ class Replayer:
         u8 = torch.uint8
         t0 = time.perf_counter()
         self.events_s = None
+        self.events_driver = None
         try:
             for op, ident, size, sn in events:
                 if op:
@@ -204,6 +205,7 @@ class Replayer:
                     break
             torch.cuda.synchronize()
             self.events_s = time.perf_counter() - t0
+            self.events_driver = driver_counts(self)  # before the teardown's unmaps and releases
         finally:
             live.clear()
             self.empty()
@@ -284,7 +286,7 @@ DRIVER_TIMES = ("time_create_ns", "time_release_ns", "time_map_ns", "time_unmap_
 def xseg_driver_counts(st, extra=()):
     """From xseg's statistics `st` (xseg.torch.xseg_stats): its driver calls,
     the counters named in `extra`, and the time in the driver (driver_ns)."""
-    out = {k: st[k] for k in DRIVER_CALLS + tuple(extra)}
+    out = {k: st[k] for k in DRIVER_CALLS + DRIVER_TIMES + tuple(extra)}
     out["driver_ns"] = sum(st[k] for k in DRIVER_TIMES)
     return out
 
@@ -295,6 +297,12 @@ def driver_counts(r):
         return {}
     return xseg_driver_counts(r.xs.xseg_stats(0), ("num_create_refused", "num_map_refused", "num_create_waits",
                                                     "time_paced_ns", "num_looks", "time_look_ns"))
+
+
+def driver_split(c):
+    """Each kind of driver call in `c` (xseg_driver_counts): how many, and its milliseconds."""
+    return ", ".join("%d %s %.1f" % (c[n], name, c[t] / 1e6) for n, t, name in zip(
+        DRIVER_CALLS, DRIVER_TIMES, ("create", "release", "map", "unmap", "set access")))
 
 
 def timed_at(a):
@@ -311,7 +319,7 @@ def timed_at(a):
             raise SystemExit("torch_replay.py: --at names no factor for %s (add *:FACTOR)" % name)
         events, peak = parse_trace(path)
         budget = -(-int(peak * f) // MIB) * MIB
-        runs, calls, evs = [], [], []
+        runs, calls, ev_calls, evs = [], [], [], []
         for _ in range(a.repeat):
             before = driver_counts(r)
             t0 = time.time()
@@ -319,16 +327,21 @@ def timed_at(a):
             runs.append((round(time.time() - t0, 3), ok))
             evs.append(round(r.events_s, 4) if r.events_s is not None else None)
             calls.append({k: v - before.get(k, 0) for k, v in driver_counts(r).items()})
-        # Under xseg: the driver's time and the calls it refused, per replay.
-        extra = "".join("  [driver %.0f ms, refused: %d creates, %d maps; %d creates waited, %.0f ms paced;"
-                        " %d looks, %.0f ms]" % (
-            c["driver_ns"] / 1e6, c["num_create_refused"], c["num_map_refused"], c["num_create_waits"],
-            c["time_paced_ns"] / 1e6, c["num_looks"], c["time_look_ns"] / 1e6) for c in calls if c)
+            ev_calls.append({k: v - before.get(k, 0) for k, v in (r.events_driver or {}).items()})
+        # Under xseg: the driver's time and the calls it refused, per replay;
+        # the events' share (the rest is the teardown's unmaps and releases).
+        extra = "".join("  [driver %.0f ms, in the events %s, refused: %d creates, %d maps; %d creates waited,"
+                        " %.0f ms paced; %d looks, %.0f ms]" % (
+            c["driver_ns"] / 1e6, "%.0f ms (%s)" % (e["driver_ns"] / 1e6, driver_split(e)) if e else "-",
+            c["num_create_refused"], c["num_map_refused"], c["num_create_waits"], c["time_paced_ns"] / 1e6,
+            c["num_looks"], c["time_look_ns"] / 1e6)
+            for c, e in zip(calls, ev_calls) if c)
         print("%-22s at %.4f (%6d MiB): %s; events alone %s%s" % (
             name, f, budget // MIB, " ".join("%.3f%s" % (t, "" if ok else " (failed)") for t, ok in runs),
             " ".join("%.4f" % e if e is not None else "-" for e in evs), extra), flush=True)
         results.append({"trace": name, "factor": f, "budget_bytes": budget, "seconds": [t for t, _ in runs],
-                        "events_seconds": evs, "ok": [ok for _, ok in runs], "driver": calls})
+                        "events_seconds": evs, "ok": [ok for _, ok in runs], "driver": calls,
+                        "events_driver": ev_calls})
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"allocator": a.allocator, "budget": a.budget, "results": results}, fh, indent=1)
