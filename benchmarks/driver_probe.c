@@ -224,6 +224,23 @@ static void meminfo_probe(CUcontext ctx) {
  * access, and then its unmap and release, after the thread has made no
  * driver call for `gap` ms (sleeping, or spinning on the CPU), five times
  * per gap, medians; then reserve_probe. */
+/* One handle of sz bytes created, mapped at va, given access, unmapped and
+ * released: each call's microseconds into t[0..4], in that order. */
+static void handle_life(CUdeviceptr va, size_t sz, const CUmemAllocationProp *prop, double t[5]) {
+  CUmemGenericAllocationHandle h;
+  double t0 = now();
+  CK(cuMemCreate(&h, sz, prop, 0));
+  double t1 = now();
+  CK(cuMemMap(va, sz, 0, h, 0));
+  double t2 = now();
+  CK(cuMemSetAccess(va, sz, &acc, 1));
+  double t3 = now();
+  CK(cuMemUnmap(va, sz));
+  double t4 = now();
+  CK(cuMemRelease(h));
+  t[0] = t1 - t0, t[1] = t2 - t1, t[2] = t3 - t2, t[3] = t4 - t3, t[4] = now() - t4;
+}
+
 static int dcmp(const void *a, const void *b);
 static void reserve_probe(void);
 static void idle_probe(CUdeviceptr va) {
@@ -246,18 +263,9 @@ static void idle_probe(CUdeviceptr va) {
           ts.tv_nsec = (long)((gaps[g] - (double)ts.tv_sec * 1e3) * 1e6);
           nanosleep(&ts, NULL);
         }
-        CUmemGenericAllocationHandle h;
-        double t0 = now();
-        CK(cuMemCreate(&h, sz, &prop, 0));
-        double t1 = now();
-        CK(cuMemMap(va, sz, 0, h, 0));
-        double t2 = now();
-        CK(cuMemSetAccess(va, sz, &acc, 1));
-        double t3 = now();
-        CK(cuMemUnmap(va, sz));
-        CK(cuMemRelease(h));
-        double t4 = now();
-        cr[r] = t1 - t0, mp[r] = t2 - t1, ac[r] = t3 - t2, dn[r] = t4 - t3;
+        double lt[5];
+        handle_life(va, sz, &prop, lt);
+        cr[r] = lt[0], mp[r] = lt[1], ac[r] = lt[2], dn[r] = lt[3] + lt[4];
       }
       qsort(cr, 5, sizeof cr[0], dcmp), qsort(mp, 5, sizeof mp[0], dcmp);
       qsort(ac, 5, sizeof ac[0], dcmp), qsort(dn, 5, sizeof dn[0], dcmp);
@@ -552,19 +560,9 @@ static void live_probe(void) {
       have++;
     }
     for (int r = 0; r < rounds; r++) {
-      CUmemGenericAllocationHandle h;
-      double t0 = now();
-      CK(cuMemCreate(&h, sz, &prop, 0));
-      double t1 = now();
-      CK(cuMemMap(one, sz, 0, h, 0));
-      double t2 = now();
-      CK(cuMemSetAccess(one, sz, &acc, 1));
-      double t3 = now();
-      CK(cuMemUnmap(one, sz));
-      double t4 = now();
-      CK(cuMemRelease(h));
-      double t5 = now();
-      t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3, t[4][r] = t5 - t4;
+      double lt[5];
+      handle_life(one, sz, &prop, lt);
+      for (int c = 0; c < 5; c++) t[c][r] = lt[c];
     }
     for (int c = 0; c < 5; c++) qsort(t[c], rounds, sizeof t[c][0], dcmp);
     printf("  n=%5d  create %6.1f  map %5.1f  set access %6.1f  unmap %6.1f  release %6.1f  sum %6.1f\n", counts[k],
