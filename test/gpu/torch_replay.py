@@ -45,8 +45,9 @@ With --at SPEC nothing is bisected: each trace is replayed --repeat times
 took are printed, whole (setting the budget, a filler's allocation and its
 release included) and for its events alone (from the first to the end of
 the last one's stream work), and under xseg its driver calls of each kind
-(count and time) in the events, apart from the teardown's (the budget goal of docs/benchmarks.md: xseg at 1.02
-against PyTorch's expandable segments at the smallest budget they survive).
+(count and time) in the events, apart from the teardown's (the budget goal
+of docs/benchmarks.md: xseg at 1.02 against PyTorch's expandable segments
+at the smallest budget they survive).
 SPEC is a factor for every trace, or NAME:FACTOR pairs separated by commas,
 with *:FACTOR for the traces not named.
 """
