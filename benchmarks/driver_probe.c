@@ -218,12 +218,6 @@ static void meminfo_probe(CUcontext ctx) {
 
 /* ---- idle: a call after the driver has had none for a while ---- */
 
-/* A warm pass calls the driver a few times, far apart: the driver's times
- * there (xseg-bench passes on an H200) were 20-50 times those of the same
- * calls in a first pass.  Times one 64 MiB handle's create, map and set
- * access, and then its unmap and release, after the thread has made no
- * driver call for `gap` ms (sleeping, or spinning on the CPU), five times
- * per gap, medians; then reserve_probe. */
 /* One handle of sz bytes created, mapped at va, given access, unmapped and
  * released: each call's microseconds into t[0..4], in that order. */
 static void handle_life(CUdeviceptr va, size_t sz, const CUmemAllocationProp *prop, double t[5]) {
@@ -241,6 +235,12 @@ static void handle_life(CUdeviceptr va, size_t sz, const CUmemAllocationProp *pr
   t[0] = t1 - t0, t[1] = t2 - t1, t[2] = t3 - t2, t[3] = t4 - t3, t[4] = now() - t4;
 }
 
+/* A warm pass calls the driver a few times, far apart: the driver's times
+ * there (xseg-bench passes on an H200) were 20-50 times those of the same
+ * calls in a first pass.  Times one 64 MiB handle's create, map and set
+ * access, and then its unmap and release, after the thread has made no
+ * driver call for `gap` ms (sleeping, or spinning on the CPU), five times
+ * per gap, medians; then reserve_probe. */
 static int dcmp(const void *a, const void *b);
 static void reserve_probe(void);
 static void idle_probe(CUdeviceptr va) {
@@ -453,12 +453,18 @@ static void overlap_probe(CUcontext ctx) {
 static CUmemGenericAllocationHandle lim_h[4096];
 static CUmemAllocationHandleType lim_types = CU_MEM_HANDLE_TYPE_NONE;
 
-static CUresult lim_make(CUdeviceptr va, int i, size_t sz) {
+/* Device memory on device 0, shareable as lim_types says. */
+static CUmemAllocationProp lim_prop(void) {
   CUmemAllocationProp prop = {0};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
   prop.requestedHandleTypes = lim_types;
+  return prop;
+}
+
+static CUresult lim_make(CUdeviceptr va, int i, size_t sz) {
+  const CUmemAllocationProp prop = lim_prop();
   CUresult r = cuMemCreate(&lim_h[i], sz, &prop, 0);
   if (r != CUDA_SUCCESS) return r;
   CK(cuMemMap(va + (size_t)i * sz, sz, 0, lim_h[i], 0));
@@ -494,11 +500,7 @@ static void scattered_probe(CUdeviceptr va, int n, size_t sz) {
   CK(cuMemAddressReserve(&bva, 8 * bsz, 0, 0, 0));
   int nb = 0;
   double bus[8];
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes = lim_types;
+  const CUmemAllocationProp prop = lim_prop();
   for (int r = 0; r < 8 && (r + 1) * 32 * 8 <= n; r++) {
     for (int i = 0; i < 32; i++) lim_drop(va, r * 256 + i * 8, sz);
     double t0 = now();
@@ -546,11 +548,7 @@ static void live_probe(void) {
   CUdeviceptr va, one;
   CK(cuMemAddressReserve(&va, 4096 * sz, 0, 0, 0));
   CK(cuMemAddressReserve(&one, sz, 0, 0, 0));
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes = lim_types;
+  const CUmemAllocationProp prop = lim_prop();
   printf("live: one 2 MiB handle's calls with n others mapped (handles %s), medians of %d, us\n",
          lim_types == CU_MEM_HANDLE_TYPE_NONE ? "plain" : "shareable as POSIX descriptors", rounds);
   int have = 0;
@@ -735,11 +733,7 @@ static void release_probe(size_t left_mib, size_t asz_mib) {
   size_t fill = fr > left_mib * mib ? fr - left_mib * mib : 0;
   if (fill) CK(cuMemAlloc(&filler, fill));
   CK(cuMemAddressReserve(&va, asz + keep_sz, 0, 0, 0));
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes = lim_types;
+  const CUmemAllocationProp prop = lim_prop();
   CUmemGenericAllocationHandle keep, a, parts[1024];
   CK(cuMemCreate(&keep, keep_sz, &prop, 0));
   CK(cuMemMap(va + asz, keep_sz, 0, keep, 0));

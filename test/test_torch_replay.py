@@ -104,6 +104,9 @@ st.update({k: 10 for k in torch_replay.DRIVER_TIMES}, num_grows=3, unrelated=7)
 got = torch_replay.xseg_driver_counts(st, ("num_grows",))
 want = dict({k: 1 for k in torch_replay.DRIVER_CALLS}, **{k: 10 for k in torch_replay.DRIVER_TIMES})
 check(got == dict(want, num_grows=3, driver_ns=50), "driver counts %r" % got)
+# A replay's counters: a later snapshot less an earlier one (keys of the later).
+got = torch_replay.counts_since({"num_map": 2, "gone": 5}, {"num_map": 7, "driver_ns": 9})
+check(got == {"num_map": 5, "driver_ns": 9}, "counts since %r" % got)
 # Each kind's count and milliseconds, in the order of the driver's calls.
 got = torch_replay.driver_split(dict(want, time_create_ns=1500000, time_set_access_ns=2000000))
 check(got == "1 create 1.5, 1 release 0.0, 1 map 0.0, 1 unmap 0.0, 1 set access 2.0", "driver split %r" % got)

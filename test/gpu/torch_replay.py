@@ -301,6 +301,11 @@ def driver_counts(r):
                                                     "time_paced_ns", "num_looks", "time_look_ns"))
 
 
+def counts_since(before, now):
+    """The driver counters of `now` less those of `before` (driver_counts snapshots)."""
+    return {k: v - before.get(k, 0) for k, v in now.items()}
+
+
 def driver_split(c):
     """Each kind of driver call in `c` (xseg_driver_counts): how many, and its milliseconds."""
     return ", ".join("%d %s %.1f" % (c[n], name, c[t] / 1e6) for n, t, name in zip(
@@ -328,8 +333,8 @@ def timed_at(a):
             ok = r.replay(events, budget)
             runs.append((round(time.time() - t0, 3), ok))
             evs.append(round(r.events_s, 4) if r.events_s is not None else None)
-            calls.append({k: v - before.get(k, 0) for k, v in driver_counts(r).items()})
-            ev_calls.append({k: v - before.get(k, 0) for k, v in (r.events_driver or {}).items()})
+            calls.append(counts_since(before, driver_counts(r)))
+            ev_calls.append(counts_since(before, r.events_driver or {}))
         # Under xseg: the driver's time and the calls it refused, per replay;
         # the events' share (the rest is the teardown's unmaps and releases).
         extra = "".join("  [driver %.0f ms, in the events %s, refused: %d creates, %d maps; %d creates waited,"
