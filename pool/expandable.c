@@ -674,6 +674,13 @@ static int pieces(uintptr_t ca, uintptr_t cb, uintptr_t a, uintptr_t b, size_t p
   return n;
 }
 
+/* Does a conversion keep chunk c, just unmapped into the cache, rather than
+ * release it (XS_KEEP_CUT_*)? */
+static int keeps_cut(const xs_device_t *d, const xs_chunk_t *c) {
+  const size_t room = xs_vmm_room(&d->vmm);
+  return c->size >= XS_KEEP_CUT_MIN && large_room(room) && d->vmm.cache_bytes <= room / XS_KEEP_CUT_DIV;
+}
+
 /* Re-make chunk c (wholly inside free block f) as smaller handles, so that a
  * block placed at [a, b) covers each wholly or not at all (pieces()).
  * Waits for the GPU to be done with c if it is not.  *changed says whether
@@ -706,9 +713,10 @@ static int convert(xs_device_t *d, xs_block_t *f, xs_chunk_t *c, uintptr_t a, ui
   if (rc != 0) return rc;
   *changed = 1; /* from here on the blocks around f are different */
   /* Give the large handle back first: its memory is what the new ones are
-   * made of.  (If the release fails it stays cached, and the mapping below
-   * releases it or works around it.) */
-  xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
+   * made of - unless memory is plentiful and it is worth keeping for a
+   * later growth (keeps_cut).  (If the release fails it stays cached, and
+   * the mapping below releases it or works around it.) */
+  if (pressed || !keeps_cut(d, c)) xs_error_vmm(xs_vmm_cache_release_chunk(&d->vmm, c));
   if (xs_slab_reserve(&d->slab, 2) != 0) return xs_error(XSEG_ENOMEM, "xseg: out of host memory");
   uintptr_t done = lo;
   const size_t piece_max = xs_round_up(small_pieces ? XS_PIECE_CAP_ROOMY : XS_PIECE_CAP, page);

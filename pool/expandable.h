@@ -319,6 +319,22 @@
  * 0.0045, more than 256 by at most 0.0016 (docs/benchmarks.md, "Large
  * rests given back"). */
 #define XS_GIVE_BACK_PAGES 256
+/* A conversion while memory is plentiful, on a device with room for growth
+ * chunks (a room of 64 GiB or more), keeps the handle it cuts in the cache
+ * instead of releasing it when that handle is at least XS_KEEP_CUT_MIN
+ * bytes and the cache then holds at most 1/XS_KEEP_CUT_DIV of the room: a
+ * later growth of at least its size maps it again (no create, and no
+ * release now: a release costs about 0.38 us per MiB on an H200), and a
+ * create refused for want of memory releases it first (chunk_for).  The recorded GPT-2-small
+ * training cuts its 1,572 MiB logits chunk twice at 27 GB held; with an
+ * H200's room its first pass took 36.4 ms of modelled driver time instead
+ * of 39.2 and held 55,464 MiB instead of 55,944 (with 180,000 MiB, 52,682
+ * instead of 56,624), and no other trace moved at any room.  Kept down to
+ * 256 MiB, handles also lay unused in the cache to the peak (logrand
+ * +464 MiB held with an H100's room); any size, `training` +1,702 MiB there
+ * (docs/benchmarks.md, "Keeping the handle a conversion cuts"). */
+#define XS_KEEP_CUT_MIN ((size_t)1 << 30)
+#define XS_KEEP_CUT_DIV 64
 /* A growth while memory is plentiful takes the rest of its last page into
  * its one handle when that rest is at most 1/XS_FOLD_DIV of the request,
  * except while the pool packs (XS_PACK_DIV).  The folded rest stays with
