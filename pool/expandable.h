@@ -325,14 +325,16 @@
  * bytes and the cache then holds at most 1/XS_KEEP_CUT_DIV of the room: a
  * later growth of at least its size maps it again (no create, and no
  * release now: a release costs about 0.38 us per MiB on an H200), and a
- * create refused for want of memory releases it first (chunk_for).  The recorded GPT-2-small
+ * smaller growth whose create is refused for want of memory releases it and
+ * tries again (chunk_for), so it costs no memory.  The recorded GPT-2-small
  * training cuts its 1,572 MiB logits chunk twice at 27 GB held; with an
  * H200's room its first pass took 36.4 ms of modelled driver time instead
  * of 39.2 and held 55,464 MiB instead of 55,944 (with 180,000 MiB, 52,682
  * instead of 56,624), and no other trace moved at any room.  Kept down to
- * 256 MiB, handles also lay unused in the cache to the peak (logrand
- * +464 MiB held with an H100's room); any size, `training` +1,702 MiB there
- * (docs/benchmarks.md, "Keeping the handle a conversion cuts"). */
+ * 256 MiB, handles also lay unused in the cache to the peak (with 64 GiB,
+ * llm_serving +726 MiB held); of any size, logrand +464 MiB and training
+ * +1,702 with an H100's room (docs/benchmarks.md, "Keeping the handle a conversion cuts"; on an H200
+ * through PyTorch 33.45 ms of driver time a first pass against 34.37). */
 #define XS_KEEP_CUT_MIN ((size_t)1 << 30)
 #define XS_KEEP_CUT_DIV 64
 /* A growth while memory is plentiful takes the rest of its last page into
