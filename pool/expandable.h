@@ -333,8 +333,9 @@
  * instead of 56,624), and no other trace moved at any room.  Kept down to
  * 256 MiB, handles also lay unused in the cache to the peak (with 64 GiB,
  * llm_serving +726 MiB held); of any size, logrand +464 MiB and training
- * +1,702 with an H100's room (docs/benchmarks.md, "Keeping the handle a conversion cuts"; on an H200
- * through PyTorch 33.45 ms of driver time a first pass against 34.37). */
+ * +1,702 with an H100's room (docs/benchmarks.md, "Keeping the handle a
+ * conversion cuts"; on an H200 through PyTorch 33.45 ms of driver time a
+ * first pass against 34.37). */
 #define XS_KEEP_CUT_MIN ((size_t)1 << 30)
 #define XS_KEEP_CUT_DIV 64
 /* A growth while memory is plentiful takes the rest of its last page into
