@@ -1760,35 +1760,63 @@ XT_TEST(a_large_free_ends_the_growth_chunks_streak) {
 /* A conversion while memory is plentiful on a device of 64 GiB or more
  * keeps the handle it cuts, when that is 1 GiB or more, in the cache
  * instead of releasing it (XS_KEEP_CUT_*): a later growth of at least its
- * size maps it again without a create, and a create refused for want of
- * memory releases it first, so no byte of the device is lost to it.  On a
- * smaller device the handle is released as before.  The live 20 GiB (6 on
- * the small device) hold more than an eighth of the room, so no early pin
- * takes the idle 1,536 MiB handle, and a 1,000 MiB request on it is more
- * than half of it and more than the slack over the live peak, so it does
- * not grow instead either: it converts. */
-static void keep_cut_case(size_t cap_mb, size_t live_mb, int kept) {
+ * size maps it again without a create, and a smaller growth whose create
+ * is refused for want of memory releases it and tries again, so no byte of
+ * the device is lost to it.  On a smaller device the handle is released as
+ * before.
+ *
+ * cut_idle_handle sets that up: live_mb MiB live (more than an eighth of
+ * the room, so no early pin takes the idle 1,536 MiB handle), the handle
+ * freed, and a 1,000 MiB request on it (more than half of it and more
+ * than the slack over the live peak, so it does not grow instead either:
+ * it converts).  Returns the 1,000 MiB block, filled with `fill`. */
+typedef struct cut_s {
+  char *keep, *live, *sep, *b;
+  long long released; /* releases before the conversion */
+} cut_t;
+
+static cut_t cut_idle_handle(size_t cap_mb, size_t live_mb, int fill) {
   char conf[64];
   snprintf(conf, sizeof conf, "host_capacity_mb:%zu", cap_mb);
-  XT_REQUIRE(t_init(conf) == 0);
-  char *keep = xseg_malloc(4096, 0, NULL);
-  t_unpack(keep);
-  char *live = xseg_malloc(live_mb * MiB, 0, NULL);
-  const long long made0 = t_stat(0, "num_device_alloc");
-  char *a = xseg_malloc(1536 * MiB, 0, NULL), *sep = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(live && a && sep);
-  XT_CHECK_MSG(t_stat(0, "num_device_alloc") - made0 == 2, "1,536 MiB and a page took %lld handles, not 2",
-               t_stat(0, "num_device_alloc") - made0);
+  cut_t t = {0};
+  if (t_init(conf) != 0) return t;
+  t.keep = xseg_malloc(4096, 0, NULL);
+  t_unpack(t.keep);
+  t.live = xseg_malloc(live_mb * MiB, 0, NULL);
+  const long long made = t_stat(0, "num_device_alloc");
+  char *a = xseg_malloc(1536 * MiB, 0, NULL);
+  t.sep = xseg_malloc(2 * MiB, 0, NULL);
+  if (!t.live || !a || !t.sep) return t;
+  XT_CHECK_MSG(t_stat(0, "num_device_alloc") - made == 2, "1,536 MiB and a page took %lld handles, not 2",
+               t_stat(0, "num_device_alloc") - made);
   XT_CHECK_EQ(xseg_free(a), 0);
-  const long long conv = t_stat(0, "num_conversions"), released = t_stat(0, "num_device_free");
-  char *b = alloc_in(1000 * MiB, a, 1536 * MiB, 5);
-  XT_REQUIRE(b);
+  const long long conv = t_stat(0, "num_conversions");
+  t.released = t_stat(0, "num_device_free");
+  t.b = alloc_in(1000 * MiB, a, 1536 * MiB, fill);
   XT_CHECK_MSG(t_stat(0, "num_conversions") == conv + 1, "the 1,000 MiB request did not convert the idle handle");
+  return t;
+}
+
+static void cut_done(const cut_t *t, int fill) {
+  T_CHECK_HEAP();
+  XT_CHECK(t_verify(t->b, 1000 * MiB, fill));
+  XT_CHECK_EQ(xseg_free(t->b), 0);
+  XT_CHECK_EQ(xseg_free(t->sep), 0);
+  XT_CHECK_EQ(xseg_free(t->live), 0);
+  XT_CHECK_EQ(xseg_free(t->keep), 0);
+  XT_CHECK_EQ(xseg_empty_cache(0), 0);
+  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 0);
+  XT_CHECK_EQ(xseg_shutdown(), 0);
+}
+
+static void keep_cut_case(size_t cap_mb, size_t live_mb, int kept) {
+  const cut_t t = cut_idle_handle(cap_mb, live_mb, 5);
+  XT_REQUIRE(t.b);
   if (kept) {
-    XT_CHECK_MSG(t_stat(0, "num_device_free") == released, "the cut 1,536 MiB handle was released, not kept");
+    XT_CHECK_MSG(t_stat(0, "num_device_free") == t.released, "the cut 1,536 MiB handle was released, not kept");
     XT_CHECK_EQ(t_stat(0, "cached_handle_bytes.current"), (long long)(1536 * MiB));
   } else {
-    XT_CHECK_MSG(t_stat(0, "num_device_free") == released + 1, "on a %zu MiB device the cut handle was kept", cap_mb);
+    XT_CHECK_MSG(t_stat(0, "num_device_free") == t.released + 1, "on a %zu MiB device the cut handle was kept", cap_mb);
     XT_CHECK_EQ(t_stat(0, "cached_handle_bytes.current"), 0);
   }
   /* A 2 GiB growth maps the kept handle and creates only the rest. */
@@ -1798,15 +1826,7 @@ static void keep_cut_case(size_t cap_mb, size_t live_mb, int kept) {
   XT_CHECK_EQ(t_stat(0, "created_bytes") - made, (long long)((kept ? 512 : 2048) * MiB));
   XT_CHECK_EQ(t_stat(0, "num_remaps"), remaps + kept);
   XT_CHECK_EQ(xseg_free(g), 0);
-  T_CHECK_HEAP();
-  XT_CHECK(t_verify(b, 1000 * MiB, 5));
-  XT_CHECK_EQ(xseg_free(b), 0);
-  XT_CHECK_EQ(xseg_free(sep), 0);
-  XT_CHECK_EQ(xseg_free(live), 0);
-  XT_CHECK_EQ(xseg_free(keep), 0);
-  XT_CHECK_EQ(xseg_empty_cache(0), 0);
-  XT_CHECK_EQ(t_stat(0, "held_bytes.current"), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
+  cut_done(&t, 5);
 }
 
 XT_TEST(a_conversion_on_a_large_device_keeps_the_handle_it_cuts) {
@@ -1817,15 +1837,8 @@ XT_TEST(a_conversion_on_a_large_device_keeps_the_handle_it_cuts) {
 /* The kept handle costs no memory: once the device is full, the 1 GiB
  * requests that follow are as many as the room left for them allows. */
 XT_TEST(a_kept_cut_handle_gives_way_under_pressure) {
-  XT_REQUIRE(t_init("host_capacity_mb:143771") == 0);
-  char *keep = xseg_malloc(4096, 0, NULL);
-  t_unpack(keep);
-  char *live = xseg_malloc(20480 * MiB, 0, NULL);
-  char *a = xseg_malloc(1536 * MiB, 0, NULL), *sep = xseg_malloc(2 * MiB, 0, NULL);
-  XT_REQUIRE(live && a && sep);
-  XT_CHECK_EQ(xseg_free(a), 0);
-  char *b = alloc_in(1000 * MiB, a, 1536 * MiB, 6);
-  XT_REQUIRE(b);
+  const cut_t t = cut_idle_handle(143771, 20480, 6);
+  XT_REQUIRE(t.b);
   XT_CHECK_EQ(t_stat(0, "cached_handle_bytes.current"), (long long)(1536 * MiB));
   /* Live: 20,480 + 1,000 MiB, a page for the separator and one small-pool
    * page; the room is the device's 143,770 MiB (whole pages). */
@@ -1838,14 +1851,8 @@ XT_TEST(a_kept_cut_handle_gives_way_under_pressure) {
   XT_CHECK_MSG(n == left_mb / 1024, "%d blocks of 1 GiB fitted where %lld MiB were left: the kept handle was lost", n,
                left_mb);
   XT_CHECK_EQ(t_stat(0, "cached_handle_bytes.current"), 0);
-  T_CHECK_HEAP();
-  XT_CHECK(t_verify(b, 1000 * MiB, 6));
   for (int i = 0; i < n; i++) XT_CHECK_EQ(xseg_free(g[i]), 0);
-  XT_CHECK_EQ(xseg_free(b), 0);
-  XT_CHECK_EQ(xseg_free(sep), 0);
-  XT_CHECK_EQ(xseg_free(live), 0);
-  XT_CHECK_EQ(xseg_free(keep), 0);
-  XT_CHECK_EQ(xseg_shutdown(), 0);
+  cut_done(&t, 6);
 }
 
 XT_TEST(small_requests_share_growth_chunks_on_a_large_device) {
