@@ -56,17 +56,23 @@ static double now(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
+
+/* Device memory on device 0, shareable as `types` says. */
+static CUmemAllocationProp dev_prop(CUmemAllocationHandleType types) {
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = types;
+  return prop;
+}
 static CUmemAccessDesc acc;
 static CUmemGenericAllocationHandle hs[512];
 
 static void cycle(CUdeviceptr va, int nh, size_t hsz, int fd, int one_access,
                   int one_unmap) {
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes =
-      fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  const CUmemAllocationProp prop =
+      dev_prop(fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE);
   double t0 = now();
   for (int i = 0; i < nh; i++)
     CK(cuMemCreate(&hs[i], hsz, &prop, 0));
@@ -129,10 +135,7 @@ static CUmemGenericAllocationHandle mapped_handle(CUdeviceptr va, int npages, si
  * Prints and returns the driver's answer. */
 static CUresult offset_probe(CUdeviceptr va) {
   const size_t page = (size_t)2 << 20;
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   CUmemGenericAllocationHandle h;
   CK(cuMemCreate(&h, 2 * page, &prop, 0));
   CUresult r = cuMemMap(va, page, page, h, 0);
@@ -152,10 +155,7 @@ static CUresult offset_probe(CUdeviceptr va) {
  * part unmapped and mapped elsewhere keeps its data. */
 static void convert_probe(CUdeviceptr va, int npages, int k, int offsets) {
   const size_t page = (size_t)2 << 20, size = npages * page, part = size / k;
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   double us[3] = {0, 0, 0};
   for (int m = 0; m < (offsets ? 3 : 1); m++) {
     CUmemGenericAllocationHandle h = mapped_handle(va, npages, page, &prop), parts[64];
@@ -244,10 +244,7 @@ static void handle_life(CUdeviceptr va, size_t sz, const CUmemAllocationProp *pr
 static int dcmp(const void *a, const void *b);
 static void reserve_probe(void);
 static void idle_probe(CUdeviceptr va) {
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   const size_t sz = (size_t)64 << 20;
   static const double gaps[] = {0, 0.1, 1, 10, 100, 1000};
   for (int spin = 0; spin < 2; spin++)
@@ -283,10 +280,7 @@ static void idle_probe(CUdeviceptr va) {
  * warm: before the rounds, nothing (0), one 2 MiB handle's calls (1), or
  * sixteen 64 MiB handles' (2) at an address of their own. */
 static void fresh_round(CUdeviceptr va, int n, size_t sz, double t[4]) {
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   for (int i = 0; i < n; i++) {
     double t0 = now();
     CK(cuMemCreate(&hs[i], sz, &prop, 0));
@@ -400,10 +394,7 @@ static void old_handles(CUmemGenericAllocationHandle *h, int n, size_t hsz, CUde
  * *rel_us the second thread's (mode 2). */
 static double make_run(CUcontext ctx, CUdeviceptr va, CUdeviceptr old_va, int n, size_t hsz, size_t old_sz,
                        int mode, double *rel_us) {
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   static CUmemGenericAllocationHandle olds[512], news[512];
   if (mode) old_handles(olds, n, old_sz, old_va, &prop);
   CK(cuCtxSynchronize());
@@ -453,18 +444,8 @@ static void overlap_probe(CUcontext ctx) {
 static CUmemGenericAllocationHandle lim_h[4096];
 static CUmemAllocationHandleType lim_types = CU_MEM_HANDLE_TYPE_NONE;
 
-/* Device memory on device 0, shareable as lim_types says. */
-static CUmemAllocationProp lim_prop(void) {
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes = lim_types;
-  return prop;
-}
-
 static CUresult lim_make(CUdeviceptr va, int i, size_t sz) {
-  const CUmemAllocationProp prop = lim_prop();
+  const CUmemAllocationProp prop = dev_prop(lim_types);
   CUresult r = cuMemCreate(&lim_h[i], sz, &prop, 0);
   if (r != CUDA_SUCCESS) return r;
   CK(cuMemMap(va + (size_t)i * sz, sz, 0, lim_h[i], 0));
@@ -500,7 +481,7 @@ static void scattered_probe(CUdeviceptr va, int n, size_t sz) {
   CK(cuMemAddressReserve(&bva, 8 * bsz, 0, 0, 0));
   int nb = 0;
   double bus[8];
-  const CUmemAllocationProp prop = lim_prop();
+  const CUmemAllocationProp prop = dev_prop(lim_types);
   for (int r = 0; r < 8 && (r + 1) * 32 * 8 <= n; r++) {
     for (int i = 0; i < 32; i++) lim_drop(va, r * 256 + i * 8, sz);
     double t0 = now();
@@ -548,7 +529,7 @@ static void live_probe(void) {
   CUdeviceptr va, one;
   CK(cuMemAddressReserve(&va, 4096 * sz, 0, 0, 0));
   CK(cuMemAddressReserve(&one, sz, 0, 0, 0));
-  const CUmemAllocationProp prop = lim_prop();
+  const CUmemAllocationProp prop = dev_prop(lim_types);
   printf("live: one 2 MiB handle's calls with n others mapped (handles %s), medians of %d, us\n",
          lim_types == CU_MEM_HANDLE_TYPE_NONE ? "plain" : "shareable as POSIX descriptors", rounds);
   int have = 0;
@@ -673,10 +654,7 @@ static void tables_probe(size_t left_mib, size_t spread_gib) {
   CK(cuMemGetInfo(&fr, &to));
   printf("tables: filler %zu MiB, %zu MiB free (asked to leave %zu) of %zu\n", fill >> 20, fr >> 20, left_mib,
          to >> 20);
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   static CUdeviceptr vas[1024];
   for (int how = 0; how < 3; how++) {
     const int cap = 1024;
@@ -733,7 +711,7 @@ static void release_probe(size_t left_mib, size_t asz_mib) {
   size_t fill = fr > left_mib * mib ? fr - left_mib * mib : 0;
   if (fill) CK(cuMemAlloc(&filler, fill));
   CK(cuMemAddressReserve(&va, asz + keep_sz, 0, 0, 0));
-  const CUmemAllocationProp prop = lim_prop();
+  const CUmemAllocationProp prop = dev_prop(lim_types);
   CUmemGenericAllocationHandle keep, a, parts[1024];
   CK(cuMemCreate(&keep, keep_sz, &prop, 0));
   CK(cuMemMap(va + asz, keep_sz, 0, keep, 0));
@@ -805,10 +783,7 @@ static void release_probe(size_t left_mib, size_t asz_mib) {
  * conversion probes (convert_probe). */
 static void remap_and_convert_probes(CUdeviceptr va) {
   /* Access after an unmap and a map of another handle, no new set access. */
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = dev_prop(CU_MEM_HANDLE_TYPE_NONE);
   CUmemGenericAllocationHandle a, b;
   CK(cuMemCreate(&a, (size_t)2 << 20, &prop, 0));
   CK(cuMemCreate(&b, (size_t)2 << 20, &prop, 0));
